@@ -1,0 +1,608 @@
+// Command benchmarks compares HTTP/1.1 clients — net/http, pipelined,
+// fasthttp.HostClient and fasthttp.PipelineClient — against a local test
+// server that either serves pipelined requests one at a time (net/http's
+// server, like nginx) or concurrently with in-order responses (like Node).
+//
+// The server runs in a child process (this binary re-executed with -serve),
+// so the CPU time of this process is the clients' alone.
+//
+// Run "go run . -h" for the flags and environment variables.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"text/tabwriter"
+	"time"
+)
+
+// scenario is one table: a server and the client parameters.
+type scenario struct {
+	Server string        `json:"server"`
+	C      int           `json:"connections"`
+	K      int           `json:"pipelining"`
+	P      int           `json:"parallel"`
+	Delay  time.Duration `json:"delay_ns"`
+	Body   int           `json:"body_bytes"`
+}
+
+func (s scenario) String() string {
+	return fmt.Sprintf("%s server, C=%d K=%d P=%d delay=%v body=%dB", s.Server, s.C, s.K, s.P, s.Delay, s.Body)
+}
+
+// ideal is the best possible throughput (req/s) of the scenario with
+// pipelining, or 0 when there is no delay to bound it.
+func (s scenario) ideal() float64 {
+	if s.Delay <= 0 {
+		return 0
+	}
+	n := min(s.P, s.C)
+	if s.Server == modeConcurrent {
+		n = min(s.P, s.C*s.K)
+	}
+	return float64(n) / s.Delay.Seconds()
+}
+
+// result is one client's measurement in one scenario.
+type result struct {
+	Scenario   scenario `json:"scenario"`
+	Client     string   `json:"client"`
+	Seconds    float64  `json:"seconds"`
+	Requests   int64    `json:"requests"`
+	Errors     int64    `json:"errors"`
+	FirstError string   `json:"first_error,omitempty"`
+	ReqPerSec  float64  `json:"req_per_sec"`
+	P50Ms      float64  `json:"p50_ms"`
+	P99Ms      float64  `json:"p99_ms"`
+	CPUPerReq  float64  `json:"cpu_us_per_req"` // client process user+sys
+	Ideal      float64  `json:"ideal_req_per_sec,omitempty"`
+	Ratio      float64  `json:"ratio_to_ideal,omitempty"`
+	MaxOpen    int      `json:"max_open_conns"` // Stats for pipelined, dial counter for others
+	Dials      int64    `json:"dials"`
+	Skipped    string   `json:"skipped,omitempty"`
+}
+
+type options struct {
+	conns, depths, parallels []int
+	delays                   []time.Duration
+	duration, warmup         time.Duration
+	timeout                  time.Duration
+	body                     int
+	servers                  []string
+	clients                  []string
+	noKeepAlive              string
+	jsonFile, plotFile       string
+	single                   bool // a scenario was given: run just that
+}
+
+func main() {
+	serve := flag.Bool("serve", false, "internal: run a test server for the parent process (prints LISTEN addr, stops when stdin closes)")
+	fC := flag.String("c", "", "connections per host, C; comma list allowed (env CONNECTIONS, default 5)")
+	fK := flag.String("k", "", "pipeline depth, K; comma list allowed (env PIPELINING, default 10)")
+	fP := flag.String("p", "", "goroutines in the closed loop, P; comma list allowed (env PARALLEL, default 10)")
+	fDelay := flag.String("delay", "", "server delay per response; comma list allowed (env DELAY, default 10ms)")
+	fDur := flag.String("duration", "", "measured time per client per scenario (env DURATION, default 2.5s)")
+	fWarm := flag.String("warmup", "", "unmeasured warm-up per client per scenario (env WARMUP, default 200ms)")
+	fTimeout := flag.String("timeout", "", "per-request timeout (env TIMEOUT, default 10s)")
+	fBody := flag.String("body", "", "response body size in bytes (env BODY, default 128)")
+	fServer := flag.String("server", "", "server mode: serial, concurrent or both (env SERVER, default both)")
+	fClients := flag.String("clients", "", "comma list of clients (env CLIENTS, default all); names: "+strings.Join(allClients, ", "))
+	fNoKA := flag.String("nokeepalive", "", `no-keepalive rows (net/http and pipelined with DisableKeepAlives): auto (only with a delay), on, off (env NOKEEPALIVE, default auto)`)
+	fJSON := flag.String("json", "", "write the results as JSON to `FILE`")
+	fPlot := flag.String("plot", "", "draw req/s against P per client as SVG to `FILE.svg`")
+	flag.Usage = func() {
+		w := flag.CommandLine.Output()
+		fmt.Fprintf(w, `Usage: go run . [flags]
+
+Benchmarks net/http, pipelined, fasthttp.HostClient and fasthttp.PipelineClient
+against a local test server (127.0.0.1, child process) in a closed loop.
+
+Without C/K/P/DELAY the default suite runs: C=5 and delay 10ms with
+(K,P) = (10,10), (1,10), (10,50), (10,500) on both servers, then a
+zero-delay saturation run C=5 K=10 P=50 on both servers.
+If any of C, K, P or DELAY is given (flag or environment), just that
+scenario runs (comma lists run every combination).
+
+Flags override environment variables.
+
+`)
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+
+	if *serve {
+		cfg, err := serverFlags(*fServer, *fDelay, *fBody)
+		if err == nil {
+			err = serveChild(cfg)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "serve:", err)
+			os.Exit(1)
+		}
+		return
+	}
+
+	opts, err := parseOptions(*fC, *fK, *fP, *fDelay, *fDur, *fWarm, *fTimeout, *fBody, *fServer, *fClients, *fNoKA)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchmarks:", err)
+		os.Exit(2)
+	}
+	opts.jsonFile, opts.plotFile = *fJSON, *fPlot
+	if err := run(opts, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "benchmarks:", err)
+		os.Exit(1)
+	}
+}
+
+// setting returns the flag value, else the environment variable.
+func setting(flagVal, env string) string {
+	if flagVal != "" {
+		return flagVal
+	}
+	return strings.TrimSpace(os.Getenv(env))
+}
+
+func parseInts(s, name string, def int) ([]int, error) {
+	if s == "" {
+		return []int{def}, nil
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%s: bad value %q (want positive integers)", name, f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func parseDuration(s, name string, def time.Duration) (time.Duration, error) {
+	if s == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%s: bad duration %q", name, s)
+	}
+	return d, nil
+}
+
+func parseOptions(fC, fK, fP, fDelay, fDur, fWarm, fTimeout, fBody, fServer, fClients, fNoKA string) (*options, error) {
+	o := &options{}
+	var err error
+	sC, sK, sP, sD := setting(fC, "CONNECTIONS"), setting(fK, "PIPELINING"), setting(fP, "PARALLEL"), setting(fDelay, "DELAY")
+	o.single = sC != "" || sK != "" || sP != "" || sD != ""
+	if o.conns, err = parseInts(sC, "CONNECTIONS", 5); err != nil {
+		return nil, err
+	}
+	if o.depths, err = parseInts(sK, "PIPELINING", 10); err != nil {
+		return nil, err
+	}
+	if o.parallels, err = parseInts(sP, "PARALLEL", 10); err != nil {
+		return nil, err
+	}
+	if sD == "" {
+		o.delays = []time.Duration{10 * time.Millisecond}
+	} else {
+		for _, f := range strings.Split(sD, ",") {
+			d, err := parseDuration(f, "DELAY", 0)
+			if err != nil {
+				return nil, err
+			}
+			o.delays = append(o.delays, d)
+		}
+	}
+	if o.duration, err = parseDuration(setting(fDur, "DURATION"), "DURATION", 2500*time.Millisecond); err != nil {
+		return nil, err
+	}
+	if o.duration <= 0 {
+		return nil, errors.New("DURATION must be positive")
+	}
+	if o.warmup, err = parseDuration(setting(fWarm, "WARMUP"), "WARMUP", 200*time.Millisecond); err != nil {
+		return nil, err
+	}
+	if o.timeout, err = parseDuration(setting(fTimeout, "TIMEOUT"), "TIMEOUT", 10*time.Second); err != nil {
+		return nil, err
+	}
+	if o.timeout <= 0 {
+		return nil, errors.New("TIMEOUT must be positive")
+	}
+	if b := setting(fBody, "BODY"); b == "" {
+		o.body = 128
+	} else if o.body, err = strconv.Atoi(b); err != nil || o.body < 0 {
+		return nil, fmt.Errorf("BODY: bad size %q", b)
+	}
+	switch s := setting(fServer, "SERVER"); s {
+	case "", "both":
+		o.servers = []string{modeSerial, modeConcurrent}
+	case modeSerial, modeConcurrent:
+		o.servers = []string{s}
+	default:
+		return nil, fmt.Errorf("SERVER: %q is not serial, concurrent or both", s)
+	}
+	cl := setting(fClients, "CLIENTS")
+	if cl == "" {
+		cl = defaultClientsString
+	}
+	for _, name := range strings.Split(cl, ",") {
+		name = strings.TrimSpace(name)
+		if !slices.Contains(allClients, name) {
+			return nil, fmt.Errorf("CLIENTS: unknown client %q (known: %s)", name, strings.Join(allClients, ", "))
+		}
+		o.clients = append(o.clients, name)
+	}
+	switch o.noKeepAlive = setting(fNoKA, "NOKEEPALIVE"); o.noKeepAlive {
+	case "":
+		o.noKeepAlive = "auto"
+	case "auto", "on", "off":
+	default:
+		return nil, fmt.Errorf("NOKEEPALIVE: %q is not auto, on or off", o.noKeepAlive)
+	}
+	return o, nil
+}
+
+// serverFlags reads the child's configuration.
+func serverFlags(mode, delay, body string) (serverConfig, error) {
+	cfg := serverConfig{Mode: mode}
+	var err error
+	if cfg.Delay, err = parseDuration(delay, "delay", 0); err != nil {
+		return cfg, err
+	}
+	if body != "" {
+		if cfg.Body, err = strconv.Atoi(body); err != nil {
+			return cfg, fmt.Errorf("bad body size %q", body)
+		}
+	}
+	return cfg, nil
+}
+
+// scenarios lists the scenarios to run, in order.
+func (o *options) scenarios() []scenario {
+	var out []scenario
+	if o.single {
+		for _, d := range o.delays {
+			for _, c := range o.conns {
+				for _, k := range o.depths {
+					for _, p := range o.parallels {
+						for _, s := range o.servers {
+							out = append(out, scenario{Server: s, C: c, K: k, P: p, Delay: d, Body: o.body})
+						}
+					}
+				}
+			}
+		}
+		return out
+	}
+	for _, kp := range [][2]int{{10, 10}, {1, 10}, {10, 50}, {10, 500}} {
+		for _, s := range o.servers {
+			out = append(out, scenario{Server: s, C: 5, K: kp[0], P: kp[1], Delay: 10 * time.Millisecond, Body: o.body})
+		}
+	}
+	for _, s := range o.servers {
+		out = append(out, scenario{Server: s, C: 5, K: 10, P: 50, Delay: 0, Body: o.body})
+	}
+	return out
+}
+
+// clientsFor lists the clients of a scenario, adding the no-keepalive rows.
+func (o *options) clientsFor(sc scenario) []string {
+	out := slices.Clone(o.clients)
+	if o.noKeepAlive == "on" || (o.noKeepAlive == "auto" && sc.Delay > 0) {
+		for _, n := range []string{clientNetHTTPNoKA, clientPipelinedNoKA} {
+			if !slices.Contains(out, n) {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+func run(o *options, out io.Writer) error {
+	fmt.Fprintf(out, "benchmarks: %s %s/%s GOMAXPROCS=%d, %v per client (+%v warm-up), server in a child process\n",
+		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), o.duration, o.warmup)
+	var all []result
+	servers := map[serverConfig]*childServer{}
+	defer func() {
+		for _, s := range servers {
+			s.Close()
+		}
+	}()
+	for _, sc := range o.scenarios() {
+		cfg := serverConfig{Mode: sc.Server, Delay: sc.Delay, Body: sc.Body}
+		srv := servers[cfg]
+		if srv == nil {
+			var err error
+			if srv, err = startChildServer(cfg); err != nil {
+				return err
+			}
+			servers[cfg] = srv
+		}
+		var rows []result
+		for _, name := range o.clientsFor(sc) {
+			r := runCell(sc, name, srv.Addr, o)
+			rows = append(rows, r)
+		}
+		printTable(out, sc, rows)
+		all = append(all, rows...)
+		if o.jsonFile != "" { // keep what we have if a later cell dies
+			if err := writeJSON(o.jsonFile, all, o); err != nil {
+				return err
+			}
+		}
+	}
+	if o.plotFile != "" {
+		if err := os.WriteFile(o.plotFile, []byte(plotSVG(all)), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "wrote %s\n", o.plotFile)
+	}
+	if o.jsonFile != "" {
+		fmt.Fprintf(out, "wrote %s\n", o.jsonFile)
+	}
+	return nil
+}
+
+func writeJSON(file string, rs []result, o *options) error {
+	doc := struct {
+		GoVersion  string    `json:"go_version"`
+		GOMAXPROCS int       `json:"gomaxprocs"`
+		NumCPU     int       `json:"num_cpu"`
+		Time       time.Time `json:"time"`
+		Duration   string    `json:"duration"`
+		Results    []result  `json:"results"`
+	}{runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), time.Now().UTC(), o.duration.String(), rs}
+	b, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(file, append(b, '\n'), 0o644)
+}
+
+// childServer is a test server in a child process.
+type childServer struct {
+	Addr  string
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+}
+
+func startChildServer(cfg serverConfig) (*childServer, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(exe, "-serve", "-server", cfg.Mode, "-delay", cfg.Delay.String(), "-body", strconv.Itoa(cfg.Body))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	s := &childServer{cmd: cmd, stdin: stdin}
+	type line struct {
+		s   string
+		err error
+	}
+	ch := make(chan line, 1)
+	go func() {
+		l, err := bufio.NewReader(stdout).ReadString('\n')
+		ch <- line{l, err}
+		io.Copy(io.Discard, stdout)
+	}()
+	select {
+	case l := <-ch:
+		addr, ok := strings.CutPrefix(strings.TrimSpace(l.s), "LISTEN ")
+		if l.err != nil || !ok {
+			s.Close()
+			return nil, fmt.Errorf("server child: unexpected %q (%v)", l.s, l.err)
+		}
+		s.Addr = addr
+	case <-time.After(10 * time.Second):
+		s.Close()
+		return nil, errors.New("server child did not start in 10s")
+	}
+	return s, nil
+}
+
+// Close asks the child to stop (closing its stdin) and kills it if it
+// lingers.
+func (s *childServer) Close() {
+	s.stdin.Close()
+	done := make(chan struct{})
+	go func() { s.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(3 * time.Second):
+		s.cmd.Process.Kill()
+		<-done
+	}
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// runCell measures one client in one scenario: P goroutines each send a
+// request, read the whole response and repeat, for o.duration after a
+// warm-up. Requests still in flight at the end are waited for and counted;
+// throughput is divided by the time until the last one finished.
+func runCell(sc scenario, name, addr string, o *options) result {
+	r := result{Scenario: sc, Client: name, Ideal: sc.ideal()}
+	dc := newDialCounter()
+	k := sc.K
+	if isNoKeepAlive(name) {
+		k = 1
+	}
+	cl, err := newClient(name, clientConfig{Addr: addr, C: sc.C, K: k, Timeout: o.timeout, Dialer: dc})
+	if err != nil {
+		r.Skipped = err.Error()
+		return r
+	}
+	defer cl.Close()
+
+	loop := func(d time.Duration, measure bool) (lat [][]time.Duration, errs int64, firstErr string, elapsed time.Duration, maxOpen int) {
+		var (
+			stop    atomic.Bool
+			nerr    atomic.Int64
+			errOnce sync.Once
+			wg      sync.WaitGroup
+		)
+		lat = make([][]time.Duration, sc.P)
+		ctx := context.Background()
+		start := time.Now()
+		for i := range sc.P {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l := make([]time.Duration, 0, 256)
+				for !stop.Load() {
+					t0 := time.Now()
+					err := cl.Do(ctx)
+					if err != nil {
+						nerr.Add(1)
+						errOnce.Do(func() { firstErr = err.Error() })
+						continue
+					}
+					l = append(l, time.Since(t0))
+				}
+				lat[i] = l
+			}()
+		}
+		// Sample the client's open connections while the loop runs.
+		samplerDone := make(chan struct{})
+		var sampled int
+		if measure {
+			go func() {
+				defer close(samplerDone)
+				tick := time.NewTicker(5 * time.Millisecond)
+				defer tick.Stop()
+				for !stop.Load() {
+					if n, ok := cl.OpenConns(); ok && n > sampled {
+						sampled = n
+					}
+					<-tick.C
+				}
+			}()
+		} else {
+			close(samplerDone)
+		}
+		time.Sleep(d)
+		stop.Store(true)
+		wg.Wait()
+		elapsed = time.Since(start)
+		<-samplerDone
+		return lat, nerr.Load(), firstErr, elapsed, sampled
+	}
+
+	if o.warmup > 0 {
+		loop(o.warmup, false)
+	}
+	runtime.GC()
+	dc.reset()
+	cpu0 := cpuTime()
+	lat, errs, firstErr, elapsed, sampled := loop(o.duration, true)
+	cpu := cpuTime() - cpu0
+
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	slices.Sort(all)
+	r.Seconds = elapsed.Seconds()
+	r.Requests = int64(len(all))
+	r.Errors = errs
+	r.FirstError = firstErr
+	r.ReqPerSec = float64(r.Requests) / elapsed.Seconds()
+	if len(all) > 0 {
+		r.P50Ms = ms(percentile(all, 0.50))
+		r.P99Ms = ms(percentile(all, 0.99))
+	}
+	if n := r.Requests + r.Errors; n > 0 {
+		r.CPUPerReq = float64(cpu.Microseconds()) / float64(n)
+	}
+	if r.Ideal > 0 {
+		r.Ratio = r.ReqPerSec / r.Ideal
+	}
+	r.Dials = dc.dials.Load()
+	if _, ok := cl.OpenConns(); ok {
+		r.MaxOpen = sampled
+	} else {
+		r.MaxOpen = int(dc.maxOpen.Load())
+	}
+	return r
+}
+
+func percentile(sorted []time.Duration, q float64) time.Duration {
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func printTable(out io.Writer, sc scenario, rows []result) {
+	ideal := "-"
+	if v := sc.ideal(); v > 0 {
+		ideal = fmt.Sprintf("%.0f req/s", v)
+	}
+	fmt.Fprintf(out, "\n== %s   ideal %s\n", sc, ideal)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	w := len("client")
+	for _, r := range rows {
+		w = max(w, len(r.Client))
+	}
+	name := func(s string) string { return fmt.Sprintf("%-*s", w, s) }
+	fmt.Fprintln(tw, name("client")+"\treq/s\tp50\tp99\tCPU/req\terrors\tvs ideal\tmax conns\tdials\t")
+	var notes []string
+	for _, r := range rows {
+		if r.Skipped != "" {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t-\t\n", name(r.Client))
+			notes = append(notes, fmt.Sprintf("%s skipped: %s", r.Client, r.Skipped))
+			continue
+		}
+		ratio := "-"
+		if r.Ideal > 0 {
+			ratio = fmt.Sprintf("%.2f", r.Ratio)
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%.1fµs\t%d\t%s\t%d\t%d\t\n",
+			name(r.Client), r.ReqPerSec, fmtMs(r.P50Ms), fmtMs(r.P99Ms), r.CPUPerReq, r.Errors, ratio, r.MaxOpen, r.Dials)
+		if r.FirstError != "" {
+			notes = append(notes, fmt.Sprintf("%s first error: %s", r.Client, r.FirstError))
+		}
+	}
+	tw.Flush()
+	for _, n := range notes {
+		fmt.Fprintln(out, "  ", n)
+	}
+}
+
+func fmtMs(v float64) string {
+	if v < 1 {
+		return fmt.Sprintf("%.0fµs", v*1000)
+	}
+	return fmt.Sprintf("%.1fms", v)
+}

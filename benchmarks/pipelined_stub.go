@@ -1,0 +1,11 @@
+//go:build nopipelined
+
+package main
+
+import "errors"
+
+// Built with -tags nopipelined: the library is left out (for when the root
+// package does not build).
+func newPipelinedClient(cfg clientConfig, disableKeepAlives bool) (benchClient, error) {
+	return nil, errors.New("built with -tags nopipelined")
+}

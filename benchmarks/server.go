@@ -1,0 +1,299 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Server modes.
+const (
+	// modeSerial is net/http's server: it reads pipelined requests on a
+	// connection but serves them one at a time (like nginx).
+	modeSerial = "serial"
+	// modeConcurrent is a small raw HTTP/1.1 server that handles the
+	// pipelined requests of a connection concurrently and writes the
+	// responses strictly in request order (like Node's http server).
+	modeConcurrent = "concurrent"
+)
+
+// serverConfig describes one test server.
+type serverConfig struct {
+	Mode  string
+	Delay time.Duration // per response
+	Body  int           // response body bytes
+}
+
+// testServer is a running test server.
+type testServer struct {
+	Addr  string // host:port on 127.0.0.1
+	close func() error
+}
+
+func (s *testServer) Close() error { return s.close() }
+
+// startServer starts a test server in this process on 127.0.0.1 at a random
+// port.
+func startServer(cfg serverConfig) (*testServer, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	body := bytes.Repeat([]byte("x"), cfg.Body)
+	switch cfg.Mode {
+	case modeSerial:
+		srv := &http.Server{
+			Handler:           serialHandler(cfg.Delay, body),
+			ReadHeaderTimeout: 30 * time.Second,
+			ErrorLog:          nil,
+		}
+		go srv.Serve(ln)
+		return &testServer{Addr: ln.Addr().String(), close: srv.Close}, nil
+	case modeConcurrent:
+		s := newConcurrentServer(ln, cfg.Delay, body)
+		go s.serve()
+		return &testServer{Addr: ln.Addr().String(), close: s.Close}, nil
+	default:
+		ln.Close()
+		return nil, fmt.Errorf("unknown server mode %q (want %s or %s)", cfg.Mode, modeSerial, modeConcurrent)
+	}
+}
+
+func serialHandler(delay time.Duration, body []byte) http.Handler {
+	clen := strconv.Itoa(len(body))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if delay > 0 {
+			time.Sleep(delay)
+		}
+		h := w.Header()
+		h["Content-Length"] = []string{clen}
+		h["Content-Type"] = []string{"text/plain"}
+		w.WriteHeader(http.StatusOK)
+		w.Write(body)
+	})
+}
+
+// concurrentServer is a minimal HTTP/1.1 server for pipelining benchmarks.
+// Each connection has a reader, which parses requests and starts each one's
+// handling (a timer of the configured delay), and a writer, which writes the
+// responses in request order as they become ready.
+type concurrentServer struct {
+	ln    net.Listener
+	delay time.Duration
+	resp  []byte // keep-alive response
+	last  []byte // response to a request with "Connection: close"
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+	done  bool
+	wg    sync.WaitGroup
+}
+
+func newConcurrentServer(ln net.Listener, delay time.Duration, body []byte) *concurrentServer {
+	head := fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\nContent-Type: text/plain\r\n", len(body))
+	resp := append([]byte(head+"\r\n"), body...)
+	last := append([]byte(head+"Connection: close\r\n\r\n"), body...)
+	return &concurrentServer{ln: ln, delay: delay, resp: resp, last: last, conns: make(map[net.Conn]struct{})}
+}
+
+func (s *concurrentServer) serve() {
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				time.Sleep(5 * time.Millisecond)
+				continue
+			}
+			return
+		}
+		s.mu.Lock()
+		if s.done {
+			s.mu.Unlock()
+			c.Close()
+			return
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serveConn(c)
+	}
+}
+
+// Close stops the listener and closes every connection.
+func (s *concurrentServer) Close() error {
+	err := s.ln.Close()
+	s.mu.Lock()
+	s.done = true
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return err
+}
+
+// slot is one pipelined request's response, ready when done is closed.
+type slot struct {
+	done chan struct{}
+	resp []byte
+	last bool // close the connection after this response
+}
+
+func (s *concurrentServer) serveConn(c net.Conn) {
+	defer s.wg.Done()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		c.Close()
+	}()
+	queue := make(chan *slot, 4096)
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		s.writeLoop(c, queue)
+	}()
+	br := bufio.NewReaderSize(c, 8<<10)
+	for {
+		closeAfter, err := readRequest(br)
+		if err != nil {
+			// EOF or a malformed request: answer nothing more and drop
+			// the connection once the earlier responses are out.
+			break
+		}
+		sl := &slot{done: make(chan struct{}), resp: s.resp}
+		if closeAfter {
+			sl.resp, sl.last = s.last, true
+		}
+		if s.delay > 0 {
+			time.AfterFunc(s.delay, func() { close(sl.done) })
+		} else {
+			close(sl.done)
+		}
+		queue <- sl
+		if closeAfter {
+			break
+		}
+	}
+	close(queue)
+	<-writerDone
+}
+
+func (s *concurrentServer) writeLoop(c net.Conn, queue chan *slot) {
+	bw := bufio.NewWriterSize(c, 16<<10)
+	for {
+		var sl *slot
+		var ok bool
+		select {
+		case sl, ok = <-queue:
+		default:
+			if bw.Flush() != nil {
+				drain(queue)
+				return
+			}
+			sl, ok = <-queue
+		}
+		if !ok {
+			bw.Flush()
+			return
+		}
+		select {
+		case <-sl.done:
+		default:
+			if bw.Flush() != nil {
+				drain(queue)
+				return
+			}
+			<-sl.done
+		}
+		if _, err := bw.Write(sl.resp); err != nil {
+			drain(queue)
+			return
+		}
+		if sl.last {
+			bw.Flush()
+			drain(queue)
+			return
+		}
+	}
+}
+
+// drain empties queue so that the reader never blocks on it.
+func drain(queue chan *slot) {
+	for range queue {
+	}
+}
+
+var errBadRequest = errors.New("bad request")
+
+// readRequest reads one request (request line, header fields, and a body of
+// Content-Length bytes) and reports whether it asked to close the connection.
+func readRequest(br *bufio.Reader) (closeAfter bool, err error) {
+	line, err := br.ReadSlice('\n')
+	if err != nil {
+		if err == io.EOF && len(line) == 0 {
+			return false, io.EOF
+		}
+		return false, errBadRequest
+	}
+	if bytes.HasSuffix(line, []byte(" HTTP/1.0\r\n")) {
+		closeAfter = true
+	}
+	var clen int64
+	for {
+		line, err = br.ReadSlice('\n')
+		if err != nil {
+			return false, errBadRequest
+		}
+		if len(line) <= 2 && (len(line) == 1 || line[0] == '\r') {
+			break
+		}
+		colon := bytes.IndexByte(line, ':')
+		if colon <= 0 {
+			return false, errBadRequest
+		}
+		name, value := line[:colon], bytes.TrimSpace(line[colon+1:])
+		switch {
+		case bytes.EqualFold(name, []byte("Content-Length")):
+			clen, err = strconv.ParseInt(string(value), 10, 64)
+			if err != nil || clen < 0 {
+				return false, errBadRequest
+			}
+		case bytes.EqualFold(name, []byte("Connection")):
+			if bytes.EqualFold(value, []byte("close")) {
+				closeAfter = true
+			}
+		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
+			return false, errBadRequest // not needed by the benchmarks
+		}
+	}
+	if clen > 0 {
+		if _, err := br.Discard(int(clen)); err != nil {
+			return false, errBadRequest
+		}
+	}
+	return closeAfter, nil
+}
+
+// serveChild runs a test server for a parent process: it prints the
+// address on stdout and serves until stdin is closed (the parent exited or
+// is done with it).
+func serveChild(cfg serverConfig) error {
+	srv, err := startServer(cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stdout, "LISTEN %s\n", srv.Addr)
+	io.Copy(io.Discard, os.Stdin)
+	return srv.Close()
+}
