@@ -90,6 +90,9 @@ type options struct {
 	single                   bool // a scenario was given: run just that
 }
 
+// childEnv is set in the environment of the server child process.
+const childEnv = "PIPELINED_BENCHMARKS_CHILD"
+
 func main() {
 	serve := flag.Bool("serve", false, "internal: run a test server for the parent process (prints LISTEN addr, stops when stdin closes)")
 	fC := flag.String("c", "", "connections per host, C; comma list allowed (env CONNECTIONS, default 5)")
@@ -388,6 +391,7 @@ func startChildServer(cfg serverConfig) (*childServer, error) {
 	}
 	cmd := exec.Command(exe, "-serve", "-server", cfg.Mode, "-delay", cfg.Delay.String(), "-body", strconv.Itoa(cfg.Body))
 	cmd.Stderr = os.Stderr
+	cmd.Env = append(os.Environ(), childEnv+"=1") // lets a test binary act as the child
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -542,8 +546,8 @@ func runCell(sc scenario, name, addr string, o *options) result {
 		r.P50Ms = ms(percentile(all, 0.50))
 		r.P99Ms = ms(percentile(all, 0.99))
 	}
-	if n := r.Requests + r.Errors; n > 0 {
-		r.CPUPerReq = float64(cpu.Microseconds()) / float64(n)
+	if r.Requests > 0 { // per successful request: failures are waste
+		r.CPUPerReq = float64(cpu.Microseconds()) / float64(r.Requests)
 	}
 	if r.Ideal > 0 {
 		r.Ratio = r.ReqPerSec / r.Ideal

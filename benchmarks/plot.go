@@ -148,6 +148,11 @@ func plotSVG(rs []result) string {
 				}
 			}
 		}
+		if len(ideal) == 1 { // one P: a short dash
+			xy := strings.Split(ideal[0], ",")
+			fmt.Fprintf(&b, `<line x1="%.1f" y1="%s" x2="%.1f" y2="%s" stroke="#555" stroke-width="2" stroke-dasharray="6 4"/>`+"\n",
+				(x0+x1)/2-40, xy[1], (x0+x1)/2+40, xy[1])
+		}
 		if len(ideal) > 0 {
 			drawLine(&b, ideal, "#555", `stroke-dasharray="6 4"`)
 			last := ideal[len(ideal)-1]

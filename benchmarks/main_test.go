@@ -1,0 +1,135 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMain lets the test binary serve as the server child process, as the
+// benchmarks binary does with -serve.
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestClientsAgainstServers sends a few requests with every client to both
+// servers (in this process).
+func TestClientsAgainstServers(t *testing.T) {
+	for _, mode := range []string{modeSerial, modeConcurrent} {
+		srv, err := startServer(serverConfig{Mode: mode, Delay: time.Millisecond, Body: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range allClients {
+			t.Run(mode+"/"+name, func(t *testing.T) {
+				cl, err := newClient(name, clientConfig{Addr: srv.Addr, C: 2, K: 3, Timeout: 10 * time.Second, Dialer: newDialCounter()})
+				if err != nil {
+					t.Skip(err)
+				}
+				defer cl.Close()
+				// At most C*K at once: fasthttp.PipelineClient fails
+				// requests beyond its queues.
+				for range 3 {
+					errs := make(chan error, 4)
+					for range 4 {
+						go func() { errs <- cl.Do(context.Background()) }()
+					}
+					for range 4 {
+						if err := <-errs; err != nil {
+							t.Error(err)
+						}
+					}
+				}
+			})
+		}
+		srv.Close()
+	}
+}
+
+// TestConcurrentServerPipelining writes several requests at once and
+// expects the responses in order, the last one closing the connection.
+func TestConcurrentServerPipelining(t *testing.T) {
+	srv, err := startServer(serverConfig{Mode: modeConcurrent, Delay: 2 * time.Millisecond, Body: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	c, err := net.Dial("tcp", srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	reqs := "GET /1 HTTP/1.1\r\nHost: x\r\n\r\n" +
+		"POST /2 HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc" +
+		"GET /3 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+	if _, err := io.WriteString(c, reqs); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	for i := range 3 {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("response %d: %v", i, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != 200 || string(b) != "xxxxx" {
+			t.Fatalf("response %d: %v %q %v", i, resp.Status, b, err)
+		}
+		if got := resp.Close; got != (i == 2) {
+			t.Errorf("response %d: Close = %v", i, got)
+		}
+	}
+	if n, err := br.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+		t.Errorf("after the last response: %d, %v; want EOF", n, err)
+	}
+}
+
+// TestRun runs a short single scenario end to end: server child process,
+// tables, JSON and SVG.
+func TestRun(t *testing.T) {
+	dir := t.TempDir()
+	o, err := parseOptions("2", "2", "2,4", "1ms", "100ms", "0s", "10s", "10", "both", "", "on")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.jsonFile = filepath.Join(dir, "r.json")
+	o.plotFile = filepath.Join(dir, "r.svg")
+	var out strings.Builder
+	if err := run(o, &out); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + out.String())
+	b, err := os.ReadFile(o.jsonFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct{ Results []result }
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if want := 2 * 2 * len(allClients); len(doc.Results) != want {
+		t.Fatalf("%d results, want %d", len(doc.Results), want)
+	}
+	for _, r := range doc.Results {
+		if r.Skipped == "" && r.Requests == 0 {
+			t.Errorf("%s %s: no requests (errors %d: %s)", r.Scenario, r.Client, r.Errors, r.FirstError)
+		}
+	}
+	svg, err := os.ReadFile(o.plotFile)
+	if err != nil || !strings.HasPrefix(string(svg), "<svg") || !strings.Contains(string(svg), "</svg>") {
+		t.Errorf("bad SVG (%v)", err)
+	}
+}
