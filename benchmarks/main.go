@@ -452,9 +452,11 @@ func cpuTime() time.Duration {
 }
 
 // runCell measures one client in one scenario: P goroutines each send a
-// request, read the whole response and repeat, for o.duration after a
-// warm-up. Requests still in flight at the end are waited for and counted;
-// throughput is divided by the time until the last one finished.
+// request, read the whole response and repeat. The warm-up (o.warmup, and
+// until every goroutine has had a response) is not measured; then for o.duration the requests that finish are counted (with
+// their latency) and the process CPU time is taken. At the end the
+// requests still in flight are cancelled (net/http, pipelined) or waited
+// for (fasthttp), unmeasured.
 func runCell(sc scenario, name, addr string, o *options) result {
 	r := result{Scenario: sc, Client: name, Ideal: sc.ideal()}
 	dc := newDialCounter()
@@ -468,69 +470,81 @@ func runCell(sc scenario, name, addr string, o *options) result {
 		return r
 	}
 	defer cl.Close()
+	runtime.GC() // the previous cell's garbage
 
-	loop := func(d time.Duration, measure bool) (lat [][]time.Duration, errs int64, firstErr string, elapsed time.Duration, maxOpen int) {
-		var (
-			stop    atomic.Bool
-			nerr    atomic.Int64
-			errOnce sync.Once
-			wg      sync.WaitGroup
-		)
-		lat = make([][]time.Duration, sc.P)
-		ctx := context.Background()
-		start := time.Now()
-		for i := range sc.P {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				l := make([]time.Duration, 0, 256)
-				for !stop.Load() {
-					t0 := time.Now()
-					err := cl.Do(ctx)
-					if err != nil {
-						nerr.Add(1)
-						errOnce.Do(func() { firstErr = err.Error() })
-						continue
-					}
-					l = append(l, time.Since(t0))
+	var (
+		stop     atomic.Bool
+		nerr     atomic.Int64
+		errOnce  sync.Once
+		firstErr string
+		wg       sync.WaitGroup
+		lat      = make([][]time.Duration, sc.P)
+	)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The measured window [from, to), in nanoseconds since start; it opens
+	// after the warm-up once every goroutine has had a response, so that
+	// queues are in their steady state.
+	var from, to, warmedUp atomic.Int64
+	from.Store(math.MaxInt64)
+	to.Store(math.MaxInt64)
+	start := time.Now()
+	for i := range sc.P {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := make([]time.Duration, 0, 256)
+			first := true
+			for !stop.Load() {
+				t0 := time.Now()
+				err := cl.Do(ctx)
+				t1 := time.Now()
+				if first {
+					first = false
+					warmedUp.Add(1)
 				}
-				lat[i] = l
-			}()
-		}
-		// Sample the client's open connections while the loop runs.
-		samplerDone := make(chan struct{})
-		var sampled int
-		if measure {
-			go func() {
-				defer close(samplerDone)
-				tick := time.NewTicker(5 * time.Millisecond)
-				defer tick.Stop()
-				for !stop.Load() {
-					if n, ok := cl.OpenConns(); ok && n > sampled {
-						sampled = n
-					}
-					<-tick.C
+				if at := int64(t1.Sub(start)); at < from.Load() || at >= to.Load() {
+					continue
 				}
-			}()
-		} else {
-			close(samplerDone)
-		}
-		time.Sleep(d)
-		stop.Store(true)
-		wg.Wait()
-		elapsed = time.Since(start)
-		<-samplerDone
-		return lat, nerr.Load(), firstErr, elapsed, sampled
+				if err != nil {
+					nerr.Add(1)
+					errOnce.Do(func() { firstErr = err.Error() })
+					continue
+				}
+				l = append(l, t1.Sub(t0))
+			}
+			lat[i] = l
+		}()
 	}
 
-	if o.warmup > 0 {
-		loop(o.warmup, false)
+	time.Sleep(o.warmup)
+	for limit := time.Now().Add(o.timeout); warmedUp.Load() < int64(sc.P) && time.Now().Before(limit); {
+		time.Sleep(5 * time.Millisecond)
 	}
-	runtime.GC()
 	dc.reset()
-	cpu0 := cpuTime()
-	lat, errs, firstErr, elapsed, sampled := loop(o.duration, true)
-	cpu := cpuTime() - cpu0
+	cpu0, t0 := cpuTime(), time.Now()
+	end := t0.Add(o.duration)
+	from.Store(int64(t0.Sub(start)))
+	to.Store(int64(end.Sub(start)))
+	// Sample the client's own count of open connections.
+	maxOpen := 0
+	_, hasStats := cl.OpenConns()
+	for now := time.Now(); now.Before(end); now = time.Now() {
+		if hasStats {
+			if n, _ := cl.OpenConns(); n > maxOpen {
+				maxOpen = n
+			}
+		}
+		time.Sleep(min(5*time.Millisecond, end.Sub(now)))
+	}
+	cpu, elapsed := cpuTime()-cpu0, time.Since(t0)
+	r.Dials = dc.dials.Load()
+	if !hasStats {
+		maxOpen = int(dc.maxOpen.Load())
+	}
+	stop.Store(true)
+	cancel()
+	wg.Wait()
 
 	var all []time.Duration
 	for _, l := range lat {
@@ -539,7 +553,7 @@ func runCell(sc scenario, name, addr string, o *options) result {
 	slices.Sort(all)
 	r.Seconds = elapsed.Seconds()
 	r.Requests = int64(len(all))
-	r.Errors = errs
+	r.Errors = nerr.Load()
 	r.FirstError = firstErr
 	r.ReqPerSec = float64(r.Requests) / elapsed.Seconds()
 	if len(all) > 0 {
@@ -552,12 +566,7 @@ func runCell(sc scenario, name, addr string, o *options) result {
 	if r.Ideal > 0 {
 		r.Ratio = r.ReqPerSec / r.Ideal
 	}
-	r.Dials = dc.dials.Load()
-	if _, ok := cl.OpenConns(); ok {
-		r.MaxOpen = sampled
-	} else {
-		r.MaxOpen = int(dc.maxOpen.Load())
-	}
+	r.MaxOpen = maxOpen
 	return r
 }
 
