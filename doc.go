@@ -1,0 +1,47 @@
+// Package pipelined implements an [net/http.RoundTripper] that keeps a small
+// set of pipelined HTTP/1.1 connections per host.
+//
+// A Transport is a drop-in replacement for [net/http.Transport] for HTTP/1.1
+// traffic:
+//
+//	client := &http.Client{Transport: pipelined.NewTransport(pipelined.TransportOptions{
+//		MaxConnsPerHost: 8,
+//		PipelineDepth:   4,
+//	})}
+//
+// # Scheduling
+//
+// Each host (scheme, address and proxy) has a pool of at most
+// [TransportOptions.MaxConnsPerHost] connections. A request takes an idle
+// connection if there is one; otherwise, if the pool may grow, it starts a
+// dial and takes whichever comes first, that dial or a connection that
+// becomes idle; otherwise it is pipelined onto the eligible connection with
+// the least expected wait; otherwise it waits in a per-host FIFO queue.
+// Requests are stacked on one connection only when every allowed connection
+// is busy.
+//
+// # Safety
+//
+// Responses are matched to requests strictly in the order the requests were
+// written (RFC 9112 §9.3.2). Only idempotent requests with a replayable body
+// (GET, HEAD, OPTIONS, TRACE, and PUT, DELETE or any request carrying an
+// Idempotency-Key or X-Idempotency-Key header) are written behind requests
+// in flight. Any other request waits for a connection with nothing in flight,
+// and nothing is written behind it until its final response headers arrive.
+// A request that was written but not answered when its connection failed is
+// retried on another connection only if it is idempotent and replayable; a
+// non-idempotent request is never sent twice.
+//
+// Framing is strict (RFC 9112 §6.3): a malformed, ambiguous or unsolicited
+// response closes the connection and is never matched to a later request.
+//
+// # Memory
+//
+// The reader of each connection reads ahead at most one response body of up
+// to 64 KiB per request in flight, so that small responses behind an unread
+// body do not stall. A larger body streams from the connection; the
+// connection then takes no new requests until that body has been read or
+// closed, and idempotent requests already written behind it are re-sent on
+// another connection. Read-ahead memory is therefore bounded by
+// MaxConnsPerHost × PipelineDepth × 64 KiB per host.
+package pipelined

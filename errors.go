@@ -1,0 +1,86 @@
+package pipelined
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// ErrTransportClosed is returned by RoundTrip for requests in flight or
+// queued when [Transport.Close] is called, and for every later call.
+var ErrTransportClosed = errors.New("pipelined: transport closed")
+
+// ErrServerClosed reports that a connection closed after a request was
+// written to it and before its response arrived, and that the request could
+// not be retried because it is not idempotent or its body is not
+// replayable. The server may or may not have processed the request.
+var ErrServerClosed = errors.New("pipelined: server closed connection before answering")
+
+// ErrFraming reports a response whose framing is malformed or ambiguous
+// (RFC 9112 §6.3): the connection it arrived on has been closed.
+var ErrFraming = errors.New("pipelined: malformed response")
+
+// ErrUnsolicitedResponse reports bytes received on a connection with no
+// request in flight (RFC 9112 §9.2). The connection has been closed.
+var ErrUnsolicitedResponse = errors.New("pipelined: unsolicited response on idle connection")
+
+// ErrBodyReadAfterClose is returned by a response body's Read after Close,
+// as net/http does.
+var ErrBodyReadAfterClose = errors.New("http: read on closed response body")
+
+// A FramingError describes a response that violates RFC 9112 message framing.
+// It matches [ErrFraming] with [errors.Is].
+type FramingError struct {
+	Reason string // what was wrong, e.g. "both Content-Length and Transfer-Encoding"
+}
+
+func (e *FramingError) Error() string { return "pipelined: malformed response: " + e.Reason }
+
+// Is reports whether target is [ErrFraming].
+func (e *FramingError) Is(target error) bool { return target == ErrFraming }
+
+func framingErrorf(format string, args ...any) error {
+	return &FramingError{Reason: fmt.Sprintf(format, args...)}
+}
+
+// A ConnError is returned when the connection a request was written to
+// failed before the request's response headers arrived. Err is the
+// underlying cause; Retryable reports whether the transport considered the
+// request safe to send again (it then already did, within its retry budget).
+type ConnError struct {
+	Err       error
+	Written   bool // some of the request may have reached the server
+	Retryable bool
+
+	noRetry bool // the server answered this request, badly or too late
+}
+
+func (e *ConnError) Error() string {
+	if e.Written && !e.Retryable {
+		return fmt.Sprintf("%v: %v", ErrServerClosed, e.Err)
+	}
+	return "pipelined: connection failed: " + e.Err.Error()
+}
+
+// Unwrap returns the underlying cause and, for a request that was written
+// and could not be retried, [ErrServerClosed].
+func (e *ConnError) Unwrap() []error {
+	if e.Written && !e.Retryable {
+		return []error{ErrServerClosed, e.Err}
+	}
+	return []error{e.Err}
+}
+
+// timeoutError is returned when ResponseHeaderTimeout or TLSHandshakeTimeout
+// expires. Like net/http's, it is a net.Error whose Timeout method reports
+// true, and it matches context.DeadlineExceeded.
+type timeoutError struct{ msg string }
+
+func (e *timeoutError) Error() string   { return e.msg }
+func (e *timeoutError) Timeout() bool   { return true }
+func (e *timeoutError) Temporary() bool { return true }
+func (e *timeoutError) Is(err error) bool {
+	return err == context.DeadlineExceeded
+}
+
+var errResponseHeaderTimeout = &timeoutError{"pipelined: timeout awaiting response headers"}

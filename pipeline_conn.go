@@ -1,0 +1,528 @@
+package pipelined
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// A pconn is one HTTP/1.1 connection carrying a pipeline of requests.
+//
+// Ownership:
+//   - Requests are written by the goroutines of their RoundTrip calls, one at
+//     a time: holding a token of writeLock means owning bw. Each writer
+//     appends its attempt to fifo (under mu) before writing its first byte,
+//     so a response can never arrive for a request that is not in fifo.
+//   - One reader goroutine (readLoop) owns br and parses responses strictly
+//     in fifo order (RFC 9112 §9.2). While a large response body streams to
+//     its caller, the body owns br and hands it back through a channel.
+//   - The scheduling fields at the end of the struct belong to the host
+//     pool and are guarded by hostPool.mu. The connection reports events to
+//     its pool (headers read, response done, closing, dead); the pool never
+//     calls back into a connection while holding its lock.
+type pconn struct {
+	p    *hostPool
+	conn net.Conn
+	tls  *tls.ConnectionState
+	br   *bufio.Reader
+	bw   *bufio.Writer
+
+	writeLock      chan struct{} // capacity 1: a token held = bw owned
+	pendingWriters atomic.Int32  // writers waiting for writeLock; the last one flushes
+	wdMu           sync.Mutex    // serialises write-deadline changes on cancellation
+
+	mu   sync.Mutex // guards fifo and dead
+	fifo []*attempt // attempts written and not fully answered, in wire order
+	dead bool
+
+	closeOnce sync.Once
+	closed    chan struct{} // closed when conn is closed
+
+	deadlineMu sync.Mutex // guards armed and read-deadline changes
+	armed      *attempt   // the attempt whose header timeout is running
+
+	// Scheduling state, guarded by p.mu (see scheduler.go).
+	inflight  int       // attempts assigned and not yet answered
+	exclusive bool      // an attempt that nothing may follow is unanswered
+	closing   bool      // takes no more requests
+	large     bool      // the head response is streaming a large body
+	reserved  bool      // kept for a request that needs an idle connection
+	served    int       // responses completed
+	headTick  uint64    // logical time the current head became the head
+	idleSince time.Time // when inflight last became 0
+	idleTimer *time.Timer
+}
+
+func newPconn(p *hostPool, conn net.Conn, state *tls.ConnectionState) *pconn {
+	o := &p.t.opts
+	return &pconn{
+		p:         p,
+		conn:      conn,
+		tls:       state,
+		br:        bufio.NewReaderSize(conn, o.ReadBufferSize),
+		bw:        bufio.NewWriterSize(conn, o.WriteBufferSize),
+		writeLock: make(chan struct{}, 1),
+		closed:    make(chan struct{}),
+		idleSince: time.Now(),
+	}
+}
+
+var errNotWritten = errors.New("pipelined: request not written")
+
+// aLongTimeAgo is a deadline that makes blocked I/O return at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// send writes a's request on c. It returns a non-nil error only when
+// nothing of the request was written (errNotWritten, or the context's
+// error); otherwise the outcome arrives on a.res.
+func (c *pconn) send(a *attempt) error {
+	r := a.r
+	c.pendingWriters.Add(1)
+	select {
+	case c.writeLock <- struct{}{}:
+		c.pendingWriters.Add(-1)
+	case <-c.closed:
+		c.pendingWriters.Add(-1)
+		return errNotWritten
+	case <-r.ctx.Done():
+		c.pendingWriters.Add(-1)
+		// An earlier writer may have left its request unflushed for us.
+		go c.flushLeftovers()
+		return context.Cause(r.ctx)
+	}
+	body, err := r.body()
+	if err != nil {
+		<-c.writeLock
+		c.flushLeftovers()
+		a.deliver(result{err: err})
+		return nil
+	}
+	c.mu.Lock()
+	if c.dead {
+		c.mu.Unlock()
+		<-c.writeLock
+		if body != nil {
+			r.bodyUsed = r.req.GetBody != nil // an unread caller body can be reused
+		}
+		return errNotWritten
+	}
+	c.fifo = append(c.fifo, a)
+	head := len(c.fifo) == 1
+	c.mu.Unlock()
+	if head {
+		c.armHeaderTimeout(a)
+	}
+
+	var cancelled bool
+	stop := context.AfterFunc(r.ctx, func() {
+		c.wdMu.Lock()
+		cancelled = true
+		c.conn.SetWriteDeadline(aLongTimeAgo)
+		c.wdMu.Unlock()
+	})
+	werr := writeRequest(c.bw, r, body)
+	if werr == nil && (c.pendingWriters.Load() == 0 || !r.pipelineable || a.alone) {
+		werr = c.bw.Flush()
+	}
+	if !stop() {
+		c.wdMu.Lock()
+		if cancelled && werr == nil {
+			c.conn.SetWriteDeadline(time.Time{})
+		}
+		c.wdMu.Unlock()
+	}
+	<-c.writeLock
+	if t := r.trace; t != nil && t.WroteRequest != nil {
+		t.WroteRequest(httptraceWroteRequest(werr))
+	}
+	if werr != nil {
+		var be *requestBodyError
+		if errors.As(werr, &be) {
+			// The caller's body failed: report its error, not a
+			// connection error. The connection holds a partial request.
+			a.deliver(result{err: be.err})
+		} else if cerr := context.Cause(r.ctx); cerr != nil && r.ctx.Err() != nil {
+			a.deliver(result{err: cerr})
+		}
+		c.fail(werr)
+		return nil
+	}
+	c.armHeaderTimeout(a)
+	return nil
+}
+
+// flushLeftovers flushes requests that a writer left buffered expecting a
+// writer behind it to flush, when that writer gave up.
+func (c *pconn) flushLeftovers() {
+	select {
+	case c.writeLock <- struct{}{}:
+	case <-c.closed:
+		return
+	}
+	var err error
+	if c.bw.Buffered() > 0 && c.pendingWriters.Load() == 0 {
+		err = c.bw.Flush()
+	}
+	<-c.writeLock
+	if err != nil {
+		c.fail(err)
+	}
+}
+
+// armHeaderTimeout is called twice per attempt when ResponseHeaderTimeout is
+// set: once when it is fully written and once when it becomes the oldest
+// unanswered request on c. The second call starts the timer, as a read
+// deadline on the connection.
+func (c *pconn) armHeaderTimeout(a *attempt) {
+	d := c.p.t.opts.ResponseHeaderTimeout
+	if d <= 0 || a.arm.Add(1) != 2 {
+		return
+	}
+	c.deadlineMu.Lock()
+	if !a.headersRead {
+		c.armed = a
+		c.conn.SetReadDeadline(time.Now().Add(d))
+	}
+	c.deadlineMu.Unlock()
+}
+
+// disarm stops a's header timer, reporting whether it was running.
+func (c *pconn) disarm(a *attempt) bool {
+	if c.p.t.opts.ResponseHeaderTimeout <= 0 {
+		return false
+	}
+	c.deadlineMu.Lock()
+	defer c.deadlineMu.Unlock()
+	a.headersRead = true
+	if c.armed == a {
+		c.armed = nil
+		c.conn.SetReadDeadline(time.Time{})
+		return true
+	}
+	return false
+}
+
+// readLoop reads responses until the connection fails or closes.
+func (c *pconn) readLoop() {
+	defer c.p.t.wg.Done()
+	err := c.readResponses()
+	if err == errUpgraded {
+		c.detach()
+		return
+	}
+	c.fail(err)
+}
+
+var (
+	errUpgraded     = errors.New("pipelined: connection upgraded")
+	errConnClosing  = errors.New("pipelined: connection closed after response")
+	errIdleClosed   = errors.New("pipelined: server closed idle connection")
+	errIdleTimeout  = errors.New("pipelined: idle connection timed out")
+	errClosedIdle   = errors.New("pipelined: idle connection closed by CloseIdleConnections")
+	errDrainTooLong = errors.New("pipelined: response body closed early")
+)
+
+func (c *pconn) head() *attempt {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.fifo) == 0 {
+		return nil
+	}
+	return c.fifo[0]
+}
+
+func (c *pconn) readResponses() error {
+	limit := c.p.t.opts.MaxResponseHeaderBytes
+	for {
+		_, err := c.br.Peek(1)
+		a := c.head()
+		if a == nil {
+			if err != nil {
+				return errIdleClosed
+			}
+			// RFC 9112 §9.2: data with no outstanding request MUST NOT be
+			// treated as a response.
+			return ErrUnsolicitedResponse
+		}
+		if err != nil {
+			if c.disarm(a) && isTimeout(err) {
+				return errResponseHeaderTimeout
+			}
+			return err
+		}
+		if t := a.r.trace; t != nil && t.GotFirstResponseByte != nil {
+			t.GotFirstResponseByte()
+		}
+		resp, f, err := readResponseHead(c.br, a.r.method, limit, interimHook(a))
+		armed := c.disarm(a)
+		if err != nil {
+			if armed && isTimeout(err) {
+				return errResponseHeaderTimeout
+			}
+			return err
+		}
+		c.mu.Lock()
+		a.headersRead = true
+		c.mu.Unlock()
+		resp.Request = a.r.req
+		resp.TLS = c.tls
+		closing := resp.Close || a.r.closeAfter
+		c.p.gotHeaders(c, a, closing)
+		if closing {
+			// RFC 9112 §9.6: requests written behind a response that closes
+			// the connection will not be answered; send them elsewhere.
+			c.resendBehind()
+		}
+		if resp.StatusCode == http.StatusSwitchingProtocols {
+			resp.Body = &upgradeBody{br: c.br, conn: c.conn}
+			c.popHead()
+			if !a.deliver(result{resp: resp}) {
+				return errConnClosing
+			}
+			return errUpgraded
+		}
+		if err := c.readBody(a, resp, f); err != nil {
+			return err
+		}
+		c.popHead()
+		c.p.responseDone(c)
+		if closing {
+			return errConnClosing
+		}
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// readBody hands resp to a's caller with a body framed by f, and returns
+// when the connection is positioned at the next response. Bodies up to
+// maxReadAhead are read here so that the pipeline moves on whether or not the
+// caller reads them; larger ones stream from the connection.
+func (c *pconn) readBody(a *attempt, resp *http.Response, f framing) error {
+	ctx := a.r.ctx
+	switch f.kind {
+	case bodyNone:
+		resp.Body = http.NoBody
+		a.deliver(result{resp: resp})
+		return nil
+	case bodyLength:
+		if f.n <= maxReadAhead {
+			buf := make([]byte, f.n)
+			if _, err := io.ReadFull(c.br, buf); err != nil {
+				a.deliver(result{err: &ConnError{Err: unexpected(err), Written: true}})
+				return unexpected(err)
+			}
+			resp.Body = &bufferedBody{ctx: ctx, buf: buf, dst: resp}
+			a.deliver(result{resp: resp})
+			return nil
+		}
+		lr := &io.LimitedReader{R: c.br, N: f.n}
+		return c.stream(a, resp, lr, nil, func() int64 { return lr.N })
+	case bodyChunked:
+		cr := newChunkedReader(c.br, c.p.t.opts.MaxResponseHeaderBytes)
+		var buf bytes.Buffer
+		n, err := io.Copy(&buf, io.LimitReader(cr, maxReadAhead+1))
+		if err != nil {
+			a.deliver(result{err: &ConnError{Err: err, Written: true}})
+			return err
+		}
+		if n <= maxReadAhead && cr.done {
+			resp.Body = &bufferedBody{ctx: ctx, buf: buf.Bytes(), dst: resp, trailer: cr.trailer}
+			a.deliver(result{resp: resp})
+			return nil
+		}
+		r := io.MultiReader(bytes.NewReader(buf.Bytes()), cr)
+		return c.stream(a, resp, r, cr, func() int64 { return -1 })
+	default: // bodyUntilClose
+		return c.stream(a, resp, c.br, nil, func() int64 { return -1 })
+	}
+}
+
+// stream lends the connection to a's caller for a large body and waits for
+// it back.
+func (c *pconn) stream(a *attempt, resp *http.Response, r io.Reader, cr *chunkedReader, remain func() int64) error {
+	// Nothing new goes behind a large body, and what is already behind it
+	// is sent elsewhere (its late answers are read and discarded).
+	c.p.setLarge(c, true)
+	c.resendBehind()
+	sb := &streamBody{c: c, ctx: a.r.ctx, r: r, chunked: cr, dst: resp, done: make(chan bodyEvent, 1)}
+	sb.stopCtx = context.AfterFunc(a.r.ctx, func() {
+		c.deadlineMu.Lock()
+		if !sb.gone {
+			sb.deadlineSet = true
+			c.conn.SetReadDeadline(aLongTimeAgo)
+		}
+		c.deadlineMu.Unlock()
+	})
+	resp.Body = sb
+	if !a.deliver(result{resp: resp}) {
+		sb.signal(bodyAbandoned)
+	}
+	var ev bodyEvent
+	select {
+	case ev = <-sb.done:
+	case <-c.closed:
+		return net.ErrClosed
+	}
+	c.deadlineMu.Lock()
+	if sb.deadlineSet {
+		c.conn.SetReadDeadline(time.Time{})
+	}
+	c.deadlineMu.Unlock()
+	switch ev {
+	case bodyEOF:
+	case bodyClosed, bodyAbandoned:
+		// RFC 9112 §9.3: the connection is reusable only once the whole
+		// body is read. Drain a small remainder; close on a large one.
+		n := remain()
+		if cr != nil {
+			n, _ = io.Copy(io.Discard, io.LimitReader(r, maxDrain+1))
+			if n > maxDrain || !cr.done {
+				return errDrainTooLong
+			}
+		} else if n < 0 || n > maxDrain {
+			return errDrainTooLong
+		} else if _, err := io.CopyN(io.Discard, r, n); err != nil {
+			return err
+		}
+	default:
+		return errDrainTooLong
+	}
+	c.p.setLarge(c, false)
+	return nil
+}
+
+// popHead removes the answered head of fifo and starts the header timer of
+// the next one.
+func (c *pconn) popHead() {
+	c.mu.Lock()
+	if len(c.fifo) == 0 {
+		c.mu.Unlock()
+		return
+	}
+	copy(c.fifo, c.fifo[1:])
+	c.fifo[len(c.fifo)-1] = nil
+	c.fifo = c.fifo[:len(c.fifo)-1]
+	var next *attempt
+	if len(c.fifo) > 0 {
+		next = c.fifo[0]
+	}
+	c.mu.Unlock()
+	if next != nil {
+		c.armHeaderTimeout(next)
+	}
+}
+
+// resendBehind tells the callers of every attempt written behind the head
+// to send their requests elsewhere. Only replayable requests are ever
+// written behind another (RFC 9112 §9.3.2), so this never sends a
+// non-idempotent request twice. Their slots stay in fifo: if their answers
+// arrive, they are read and discarded.
+func (c *pconn) resendBehind() {
+	c.mu.Lock()
+	var behind []*attempt
+	if len(c.fifo) > 1 {
+		behind = append(behind, c.fifo[1:]...)
+	}
+	c.mu.Unlock()
+	for _, b := range behind {
+		if b.r.replayable {
+			b.deliver(result{retry: true})
+		}
+	}
+}
+
+func interimHook(a *attempt) func(int, http.Header) error {
+	t := a.r.trace
+	if t == nil || (t.Got1xxResponse == nil && t.Got100Continue == nil) {
+		return nil
+	}
+	return func(code int, h http.Header) error {
+		if code == http.StatusContinue && t.Got100Continue != nil {
+			t.Got100Continue()
+		}
+		if t.Got1xxResponse != nil {
+			return t.Got1xxResponse(code, textprotoHeader(h))
+		}
+		return nil
+	}
+}
+
+// closeConn closes the network connection once.
+func (c *pconn) closeConn() {
+	c.closeOnce.Do(func() {
+		c.conn.Close()
+		close(c.closed)
+	})
+}
+
+// fail closes the connection and settles every attempt on it that has no
+// response yet. It may be called more than once, from any goroutine.
+func (c *pconn) fail(err error) {
+	c.closeConn()
+	c.mu.Lock()
+	if c.dead {
+		c.mu.Unlock()
+		return
+	}
+	c.dead = true
+	fifo := c.fifo
+	c.fifo = nil
+	c.mu.Unlock()
+	c.p.connDead(c)
+	final := isFinalError(err)
+	for i, a := range fifo {
+		if a.headersRead {
+			continue
+		}
+		a.deliver(result{err: &ConnError{Err: err, Written: true, noRetry: i == 0 && final}})
+	}
+}
+
+// detach removes an upgraded connection from the pool without closing it:
+// its caller owns it now.
+func (c *pconn) detach() {
+	c.mu.Lock()
+	c.dead = true
+	c.mu.Unlock()
+	c.p.connDead(c)
+}
+
+// isFinalError reports whether a request whose response failed with err
+// must not be retried: the server answered, badly or too slowly.
+func isFinalError(err error) bool {
+	var fe *FramingError
+	var he *headerTooLargeError
+	return errors.As(err, &fe) || errors.As(err, &he) || err == errResponseHeaderTimeout ||
+		errors.Is(err, ErrTransportClosed)
+}
+
+// upgradeBody is the body of a 101 Switching Protocols response: the
+// connection itself, with any bytes already buffered served first.
+type upgradeBody struct {
+	br   *bufio.Reader
+	conn net.Conn
+}
+
+func (b *upgradeBody) Read(p []byte) (int, error)  { return b.br.Read(p) }
+func (b *upgradeBody) Write(p []byte) (int, error) { return b.conn.Write(p) }
+func (b *upgradeBody) Close() error                { return b.conn.Close() }
+
+// CloseWrite shuts down the writing side, if the connection supports it.
+func (b *upgradeBody) CloseWrite() error {
+	if cw, ok := b.conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.New("pipelined: CloseWrite not supported")
+}

@@ -1,0 +1,363 @@
+package pipelined
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+const defaultUserAgent = "Go-http-client/1.1"
+
+// request is one call to RoundTrip: the caller's request (never modified)
+// and what the transport derived from it. It is owned by the RoundTrip
+// goroutine; the fields are read-only once set.
+type request struct {
+	req    *http.Request
+	ctx    context.Context
+	method string
+	trace  *httptrace.ClientTrace
+
+	// RFC 9112 §9.3.2 / RFC 9110 §9.2.2: idempotent, and a body that is
+	// absent or replayable through GetBody.
+	replayable bool
+	// pipelineable reports whether the request may be written behind
+	// others and others behind it: replayable, and not an upgrade,
+	// CONNECT, Expect: 100-continue or Connection: close request.
+	pipelineable bool
+	closeAfter   bool // Connection: close is sent; the connection ends with it
+	upgrade      bool // CONNECT or Upgrade: the connection may leave the pool
+	addGzip      bool // the transport asks for gzip and decodes it
+	proxyAuth    string
+	absoluteURI  bool // absolute-form request target (HTTP proxy)
+	bodyUsed     bool // req.Body was handed to a write
+}
+
+func newRequest(t *Transport, req *http.Request, key poolKey) *request {
+	r := &request{req: req, ctx: req.Context(), method: req.Method}
+	if r.method == "" {
+		r.method = http.MethodGet
+	}
+	r.trace = httptrace.ContextClientTrace(r.ctx)
+	noBody := req.Body == nil || req.Body == http.NoBody
+	bodyOK := noBody || req.GetBody != nil
+	switch r.method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		r.replayable = bodyOK
+	case http.MethodPut, http.MethodDelete:
+		// RFC 9110 §9.2.2: PUT and DELETE are idempotent.
+		r.replayable = bodyOK
+	default:
+		// net/http's isReplayable: the presence of either key marks the
+		// request idempotent, whatever its value (golang/go#19943).
+		_, k1 := req.Header["Idempotency-Key"]
+		_, k2 := req.Header["X-Idempotency-Key"]
+		r.replayable = bodyOK && (k1 || k2)
+	}
+	r.closeAfter = req.Close || t.opts.DisableKeepAlives ||
+		httpguts.HeaderValuesContainsToken(req.Header["Connection"], "close")
+	upgrade := r.method == http.MethodConnect || httpguts.HeaderValuesContainsToken(req.Header["Connection"], "upgrade")
+	expect := !noBody && httpguts.HeaderValuesContainsToken(req.Header["Expect"], "100-continue")
+	r.pipelineable = r.replayable && !upgrade && !expect && !r.closeAfter
+	r.upgrade = upgrade
+	if upgrade {
+		r.closeAfter = false // the connection leaves the pool instead
+	}
+	if !t.opts.DisableCompression && req.Header["Accept-Encoding"] == nil &&
+		req.Header["Range"] == nil && r.method != http.MethodHead && !upgrade {
+		// net/http asks for gzip only, and only when it can decode it
+		// without surprising the caller (golang/go#8923 for Range).
+		r.addGzip = true
+	}
+	return r
+}
+
+// body returns the body to write for an attempt: the caller's body the
+// first time, a fresh one from GetBody after that.
+func (r *request) body() (io.ReadCloser, error) {
+	b := r.req.Body
+	if b == nil || b == http.NoBody {
+		return nil, nil
+	}
+	if !r.bodyUsed {
+		r.bodyUsed = true
+		return b, nil
+	}
+	if r.req.GetBody == nil {
+		return nil, errors.New("net/http: cannot rewind body after connection loss")
+	}
+	return r.req.GetBody()
+}
+
+// attempt is one sending of a request on one connection.
+type attempt struct {
+	r     *request
+	c     *pconn
+	alone bool // a retry: written alone on its connection (RFC 9112 §9.3.2)
+
+	res   chan result  // capacity 1; receives the single outcome
+	state atomic.Int32 // attemptWaiting → attemptDelivered | attemptAbandoned
+
+	// Guarded by pconn.mu.
+	headersRead bool // final response headers parsed
+	// Header-timeout arming (see pconn.arm).
+	arm atomic.Int32
+}
+
+const (
+	attemptWaiting int32 = iota
+	attemptDelivered
+	attemptAbandoned
+)
+
+type result struct {
+	resp  *http.Response
+	err   error
+	retry bool // not answered here and safe to send elsewhere, not a failure
+}
+
+func newAttempt(r *request, alone bool) *attempt {
+	return &attempt{r: r, alone: alone, res: make(chan result, 1)}
+}
+
+// deliver hands the outcome to the caller, reporting false if the caller
+// has given up on the attempt.
+func (a *attempt) deliver(res result) bool {
+	if !a.state.CompareAndSwap(attemptWaiting, attemptDelivered) {
+		return false
+	}
+	a.res <- res
+	return true
+}
+
+// abandon marks the attempt given up by the caller; it reports false if an
+// outcome was already delivered (and is waiting in a.res).
+func (a *attempt) abandon() bool {
+	return a.state.CompareAndSwap(attemptWaiting, attemptAbandoned)
+}
+
+// writeRequest writes r's head and body to w in HTTP/1.1 form, as net/http's
+// Request.write does, adding the transport's own headers without modifying
+// r.req.
+func writeRequest(w *bufio.Writer, r *request, body io.ReadCloser) (err error) {
+	req := r.req
+	if body != nil {
+		defer body.Close()
+	}
+	host := req.Host
+	if host == "" {
+		host = req.URL.Host
+	}
+	host, err = httpguts.PunycodeHostPort(host)
+	if err != nil {
+		return err
+	}
+	if !httpguts.ValidHostHeader(host) {
+		// As net/http (golang/go#61431): never send an altered Host.
+		if r.absoluteURI {
+			return errors.New("http: invalid Host header")
+		}
+		host = ""
+	}
+	host = removeZone(host)
+
+	ruri := req.URL.RequestURI()
+	if r.absoluteURI && req.URL.Opaque == "" {
+		ruri = req.URL.Scheme + "://" + host + ruri
+	} else if r.method == http.MethodConnect && req.URL.Path == "" {
+		ruri = host
+		if req.URL.Opaque != "" {
+			ruri = req.URL.Opaque
+		}
+	}
+	if strings.IndexFunc(ruri, isCTL) >= 0 {
+		return errors.New("net/http: can't write control character in Request.URL")
+	}
+
+	trace := r.trace
+	w.WriteString(r.method)
+	w.WriteByte(' ')
+	w.WriteString(ruri)
+	w.WriteString(" HTTP/1.1\r\nHost: ")
+	w.WriteString(host)
+	w.WriteString("\r\n")
+	if trace != nil && trace.WroteHeaderField != nil {
+		trace.WroteHeaderField("Host", []string{host})
+	}
+
+	ua := defaultUserAgent
+	if v, ok := req.Header["User-Agent"]; ok {
+		ua = ""
+		if len(v) > 0 {
+			ua = v[0]
+		}
+	}
+	if ua != "" {
+		writeField(w, trace, "User-Agent", ua)
+	}
+
+	// Framing of the body (RFC 9112 §6), following net/http's transferWriter.
+	cl := req.ContentLength
+	if body == nil {
+		cl = 0
+	} else if cl == 0 {
+		cl = -1 // a body of unknown length
+	}
+	chunked := body != nil && r.method != http.MethodConnect &&
+		(cl < 0 || (len(req.TransferEncoding) > 0 && req.TransferEncoding[0] == "chunked"))
+	switch {
+	case chunked:
+		writeField(w, trace, "Transfer-Encoding", "chunked")
+		if len(req.Trailer) > 0 {
+			keys := make([]string, 0, len(req.Trailer))
+			for k := range req.Trailer {
+				keys = append(keys, http.CanonicalHeaderKey(k))
+			}
+			slices.Sort(keys)
+			writeField(w, trace, "Trailer", strings.Join(keys, ","))
+		}
+	case cl > 0:
+		writeField(w, trace, "Content-Length", strconv.FormatInt(cl, 10))
+	case cl == 0 && (r.method == http.MethodPost || r.method == http.MethodPut || r.method == http.MethodPatch):
+		// Many servers expect a Content-Length for these methods.
+		writeField(w, trace, "Content-Length", "0")
+	}
+
+	for k, vv := range req.Header {
+		switch k {
+		case "Host", "User-Agent", "Content-Length", "Transfer-Encoding", "Trailer":
+			continue
+		}
+		for _, v := range vv {
+			writeField(w, trace, k, v)
+		}
+	}
+	if r.closeAfter && !httpguts.HeaderValuesContainsToken(req.Header["Connection"], "close") {
+		writeField(w, trace, "Connection", "close")
+	}
+	if r.addGzip {
+		writeField(w, trace, "Accept-Encoding", "gzip")
+	}
+	if r.proxyAuth != "" {
+		writeField(w, trace, "Proxy-Authorization", r.proxyAuth)
+	}
+	_, err = w.WriteString("\r\n")
+	if trace != nil && trace.WroteHeaders != nil {
+		trace.WroteHeaders()
+	}
+	if err != nil || body == nil {
+		return err
+	}
+	return writeBody(w, req, body, cl, chunked)
+}
+
+// requestBodyError wraps an error returned by the caller's request body, to
+// tell it apart from an error writing to the connection.
+type requestBodyError struct{ err error }
+
+func (e *requestBodyError) Error() string { return e.err.Error() }
+func (e *requestBodyError) Unwrap() error { return e.err }
+
+type bodyReader struct{ r io.Reader }
+
+func (b bodyReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = &requestBodyError{err}
+	}
+	return n, err
+}
+
+func writeBody(w *bufio.Writer, req *http.Request, body io.Reader, cl int64, chunked bool) error {
+	body = bodyReader{body}
+	if chunked {
+		cw := &chunkWriter{w: w}
+		if _, err := io.Copy(cw, body); err != nil {
+			return err
+		}
+		w.WriteString("0\r\n")
+		for k, vv := range req.Trailer {
+			for _, v := range vv {
+				writeField(w, nil, k, v)
+			}
+		}
+		_, err := w.WriteString("\r\n")
+		return err
+	}
+	n, err := io.Copy(w, io.LimitReader(body, cl))
+	if err != nil {
+		return err
+	}
+	if n == cl {
+		// Detect a body longer than declared, as net/http does.
+		var one [1]byte
+		m, _ := io.ReadFull(body, one[:])
+		n += int64(m)
+	}
+	if n != cl {
+		return &requestBodyError{fmt.Errorf("http: ContentLength=%d with Body length %d", cl, n)}
+	}
+	return nil
+}
+
+func httptraceWroteRequest(err error) httptrace.WroteRequestInfo {
+	return httptrace.WroteRequestInfo{Err: err}
+}
+
+func textprotoHeader(h http.Header) textproto.MIMEHeader { return textproto.MIMEHeader(h) }
+
+type chunkWriter struct{ w *bufio.Writer }
+
+func (cw *chunkWriter) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	cw.w.WriteString(strconv.FormatInt(int64(len(p)), 16))
+	cw.w.WriteString("\r\n")
+	cw.w.Write(p)
+	_, err := cw.w.WriteString("\r\n")
+	if err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func writeField(w *bufio.Writer, trace *httptrace.ClientTrace, k, v string) {
+	// Values were validated (no CR or LF); trim as net/http does.
+	v = strings.TrimSpace(v)
+	w.WriteString(k)
+	w.WriteString(": ")
+	w.WriteString(v)
+	w.WriteString("\r\n")
+	if trace != nil && trace.WroteHeaderField != nil {
+		trace.WroteHeaderField(k, []string{v})
+	}
+}
+
+func isCTL(r rune) bool { return r < ' ' || r == 0x7f }
+
+// removeZone removes an IPv6 zone identifier from host, as net/http does.
+func removeZone(host string) string {
+	if !strings.HasPrefix(host, "[") {
+		return host
+	}
+	i := strings.LastIndex(host, "]")
+	if i < 0 {
+		return host
+	}
+	j := strings.LastIndex(host[:i], "%")
+	if j < 0 {
+		return host
+	}
+	return host[:j] + host[i:]
+}

@@ -1,0 +1,415 @@
+package pipelined
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"net/textproto"
+	"strconv"
+	"strings"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// This file parses response heads strictly (RFC 9112 §2-§6). Anything the
+// RFC allows a recipient to either repair or reject (bare CR, bare LF,
+// obs-fold, whitespace before the first field) is rejected: on a pipelined
+// connection a lenient guess that turns out wrong hands every later response
+// to the wrong request.
+
+// bodyKind is how a response body is delimited (RFC 9112 §6.3).
+type bodyKind uint8
+
+const (
+	bodyNone       bodyKind = iota // HEAD, 1xx, 204, 304: ends with the header block
+	bodyLength                     // Content-Length
+	bodyChunked                    // Transfer-Encoding: chunked
+	bodyUntilClose                 // neither: the body ends when the server closes
+)
+
+// errHeaderTooLarge is returned when a response head exceeds
+// MaxResponseHeaderBytes.
+type headerTooLargeError struct{ limit int64 }
+
+func (e *headerTooLargeError) Error() string {
+	return fmt.Sprintf("pipelined: server response headers exceeded %d bytes; aborted", e.limit)
+}
+
+// framing is what the reader needs to know to find the end of a body.
+type framing struct {
+	kind bodyKind
+	n    int64 // for bodyLength
+}
+
+// readLine reads one CRLF-terminated line of a head and returns it without
+// the CRLF. The slice is valid until the next read from br. budget is
+// decremented by the bytes consumed; when it goes negative, readLine fails.
+func readLine(br *bufio.Reader, budget *int64, limit int64) ([]byte, error) {
+	line, err := br.ReadSlice('\n')
+	if err == bufio.ErrBufferFull {
+		buf := append([]byte(nil), line...)
+		for err == bufio.ErrBufferFull {
+			if int64(len(buf)) > *budget {
+				return nil, &headerTooLargeError{limit}
+			}
+			line, err = br.ReadSlice('\n')
+			buf = append(buf, line...)
+		}
+		line = buf
+	}
+	*budget -= int64(len(line))
+	if *budget < 0 {
+		return nil, &headerTooLargeError{limit}
+	}
+	if err != nil {
+		if err == io.EOF && len(line) > 0 {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	// RFC 9112 §2.2: a line ends with CRLF. A recipient MAY accept a bare
+	// LF and MUST reject or replace a bare CR; we reject both.
+	if len(line) < 2 || line[len(line)-2] != '\r' {
+		return nil, framingErrorf("line not terminated by CRLF")
+	}
+	line = line[:len(line)-2]
+	if bytes.IndexByte(line, '\r') >= 0 {
+		return nil, framingErrorf("bare CR in header")
+	}
+	return line, nil
+}
+
+// readResponseHead reads one response head from br for a request with the
+// given method, skipping interim (1xx) responses other than 101, each of
+// which is passed to interim if it is not nil. The returned response has
+// Status, StatusCode, Proto*, Header, ContentLength, TransferEncoding, Close
+// and Trailer (declared keys) set as net/http sets them; the body framing is
+// returned separately.
+func readResponseHead(br *bufio.Reader, method string, limit int64, interim func(code int, h http.Header) error) (*http.Response, framing, error) {
+	budget := limit
+	for {
+		resp, err := readOneHead(br, &budget, limit)
+		if err != nil {
+			return nil, framing{}, err
+		}
+		code := resp.StatusCode
+		if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
+			// RFC 9112 §9.2: an interim response is not the answer; keep
+			// reading for the final response of the same request.
+			if interim != nil {
+				if err := interim(code, resp.Header); err != nil {
+					return nil, framing{}, err
+				}
+			}
+			continue
+		}
+		f, err := bodyFraming(resp, method)
+		if err != nil {
+			return nil, framing{}, err
+		}
+		return resp, f, nil
+	}
+}
+
+func readOneHead(br *bufio.Reader, budget *int64, limit int64) (*http.Response, error) {
+	line, err := readLine(br, budget, limit)
+	if err != nil {
+		return nil, err
+	}
+	resp := &http.Response{}
+	if err := parseStatusLine(line, resp); err != nil {
+		return nil, err
+	}
+	h := make(http.Header, 8)
+	for first := true; ; first = false {
+		line, err := readLine(br, budget, limit)
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+		if len(line) == 0 {
+			break
+		}
+		if line[0] == ' ' || line[0] == '\t' {
+			if first {
+				// RFC 9112 §2.2: whitespace between the start-line and the
+				// first field.
+				return nil, framingErrorf("whitespace before first header field")
+			}
+			// RFC 9112 §5.2: obs-fold.
+			return nil, framingErrorf("obsolete line folding in header")
+		}
+		i := bytes.IndexByte(line, ':')
+		if i <= 0 {
+			return nil, framingErrorf("malformed header line %q", truncate(line))
+		}
+		name, value := line[:i], trimOWS(line[i+1:])
+		// RFC 9112 §5.1: no whitespace between field name and colon.
+		if !validFieldName(name) {
+			return nil, framingErrorf("invalid header field name %q", truncate(name))
+		}
+		if !validFieldValue(value) {
+			return nil, framingErrorf("invalid header field value for %q", truncate(name))
+		}
+		key := canonicalKey(name)
+		h[key] = append(h[key], string(value))
+	}
+	resp.Header = h
+	return resp, nil
+}
+
+func parseStatusLine(line []byte, resp *http.Response) error {
+	// RFC 9112 §4: status-line = HTTP-version SP status-code SP [ reason-phrase ]
+	if len(line) < 12 || string(line[:7]) != "HTTP/1." || (line[7] != '0' && line[7] != '1') || line[8] != ' ' ||
+		(len(line) > 12 && line[12] != ' ') {
+		return framingErrorf("malformed status line %q", truncate(line))
+	}
+	code := 0
+	for _, c := range line[9:12] {
+		if c < '0' || c > '9' {
+			return framingErrorf("malformed status code %q", truncate(line))
+		}
+		code = code*10 + int(c-'0')
+	}
+	if code < 100 {
+		return framingErrorf("malformed status code %q", truncate(line))
+	}
+	for _, c := range line[12:] {
+		if c == 0 || (c < ' ' && c != '\t') || c == 0x7f {
+			return framingErrorf("control character in status line")
+		}
+	}
+	resp.StatusCode = code
+	resp.ProtoMajor, resp.ProtoMinor = 1, int(line[7]-'0')
+	if resp.ProtoMinor == 1 {
+		resp.Proto = "HTTP/1.1"
+	} else {
+		resp.Proto = "HTTP/1.0"
+	}
+	resp.Status = string(line[9:])
+	return nil
+}
+
+// bodyFraming applies RFC 9112 §6.3 to a final response head and sets the
+// fields of resp that net/http derives from it.
+func bodyFraming(resp *http.Response, method string) (framing, error) {
+	h := resp.Header
+	te, hasTE := h["Transfer-Encoding"]
+	cls, hasCL := h["Content-Length"]
+	chunked := false
+	if hasTE {
+		if resp.ProtoMinor == 0 {
+			// RFC 9112 §6.1: HTTP/1.0 with Transfer-Encoding has faulty framing.
+			return framing{}, framingErrorf("Transfer-Encoding in an HTTP/1.0 response")
+		}
+		if hasCL {
+			// RFC 9112 §6.3 ¶3, §11.2: both headers is how responses are
+			// smuggled; treat it as an error, not as "TE wins".
+			return framing{}, framingErrorf("both Transfer-Encoding and Content-Length")
+		}
+		if len(te) != 1 || !strings.EqualFold(strings.TrimSpace(te[0]), "chunked") {
+			// RFC 9112 §6.3 ¶4 would read a non-chunked coding until close;
+			// like net/http, we do not support other codings.
+			return framing{}, framingErrorf("unsupported transfer encoding %q", te)
+		}
+		chunked = true
+		delete(h, "Transfer-Encoding")
+		resp.TransferEncoding = []string{"chunked"}
+	}
+	var n int64 = -1
+	if hasCL {
+		var err error
+		n, err = parseContentLength(cls)
+		if err != nil {
+			return framing{}, err
+		}
+		if len(cls) > 1 || strings.IndexByte(cls[0], ',') >= 0 {
+			// Keep one value, as net/http does with duplicates.
+			h["Content-Length"] = []string{strconv.FormatInt(n, 10)}
+		}
+	}
+	resp.Close = shouldClose(resp)
+	noBody := method == http.MethodHead || resp.StatusCode/100 == 1 ||
+		resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified
+	switch {
+	case noBody:
+		// RFC 9112 §6.3 ¶1: these responses end with the header block,
+		// whatever their headers say. net/http reports the declared length
+		// for HEAD and 0 for the statuses.
+		if method == http.MethodHead && !chunked {
+			resp.ContentLength = n
+		} else if method == http.MethodHead {
+			resp.ContentLength = -1
+		} else {
+			resp.ContentLength = 0
+		}
+		return framing{kind: bodyNone}, nil
+	case chunked:
+		resp.ContentLength = -1
+		if err := declareTrailers(resp); err != nil {
+			return framing{}, err
+		}
+		return framing{kind: bodyChunked}, nil
+	case hasCL:
+		resp.ContentLength = n
+		return framing{kind: bodyLength, n: n}, nil
+	default:
+		// RFC 9112 §6.3 ¶8: read until the connection closes.
+		resp.ContentLength = -1
+		resp.Close = true
+		return framing{kind: bodyUntilClose}, nil
+	}
+}
+
+// parseContentLength parses one or more Content-Length field lines. RFC 9112
+// §6.3 ¶5: a list of identical values is one value; anything else that is
+// not a single non-negative decimal integer is an unrecoverable error.
+func parseContentLength(vals []string) (int64, error) {
+	var n int64 = -1
+	for _, v := range vals {
+		for part := range strings.SplitSeq(v, ",") {
+			part = strings.TrimSpace(part)
+			m, ok := parseDecimal(part)
+			if !ok {
+				return -1, framingErrorf("invalid Content-Length %q", v)
+			}
+			if n >= 0 && m != n {
+				return -1, framingErrorf("differing Content-Length values %q", vals)
+			}
+			n = m
+		}
+	}
+	return n, nil
+}
+
+func parseDecimal(s string) (int64, bool) {
+	if s == "" || len(s) > 18 {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}
+
+// shouldClose reports whether the server said it closes the connection
+// after resp, and removes "Connection: close" from the header as net/http
+// does.
+func shouldClose(resp *http.Response) bool {
+	conn := resp.Header["Connection"]
+	if resp.ProtoMinor == 0 {
+		// RFC 9112 §9.3: HTTP/1.0 is not persistent without keep-alive.
+		return !httpguts.HeaderValuesContainsToken(conn, "keep-alive")
+	}
+	if httpguts.HeaderValuesContainsToken(conn, "close") {
+		delete(resp.Header, "Connection")
+		return true
+	}
+	return false
+}
+
+// declareTrailers moves the Trailer header of a chunked response into
+// resp.Trailer, with nil values until the body has been read, as net/http
+// does.
+func declareTrailers(resp *http.Response) error {
+	vv, ok := resp.Header["Trailer"]
+	if !ok {
+		return nil
+	}
+	delete(resp.Header, "Trailer")
+	tr := make(http.Header)
+	for _, v := range vv {
+		for key := range strings.SplitSeq(v, ",") {
+			key = textproto.CanonicalMIMEHeaderKey(textproto.TrimString(key))
+			switch key {
+			case "Transfer-Encoding", "Trailer", "Content-Length":
+				return framingErrorf("bad trailer key %q", key)
+			case "":
+				continue
+			}
+			tr[key] = nil
+		}
+	}
+	if len(tr) > 0 {
+		resp.Trailer = tr
+	}
+	return nil
+}
+
+func trimOWS(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
+		b = b[1:]
+	}
+	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+func validFieldName(b []byte) bool {
+	if len(b) == 0 {
+		return false
+	}
+	for _, c := range b {
+		if !httpguts.IsTokenRune(rune(c)) {
+			return false
+		}
+	}
+	return true
+}
+
+// validFieldValue reports whether b is a valid field value (RFC 9110 §5.5):
+// no control characters other than HTAB, no NUL, CR or LF.
+func validFieldValue(b []byte) bool {
+	for _, c := range b {
+		if (c < ' ' && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// canonicalKey returns the canonical form of a header name without
+// allocating for common names.
+func canonicalKey(name []byte) string {
+	if k, ok := commonKeys[string(name)]; ok {
+		return k
+	}
+	return textproto.CanonicalMIMEHeaderKey(string(name))
+}
+
+var commonKeys = func() map[string]string {
+	m := make(map[string]string)
+	for _, k := range []string{
+		"Accept-Ranges", "Age", "Alt-Svc", "Cache-Control", "Connection", "Content-Disposition",
+		"Content-Encoding", "Content-Language", "Content-Length", "Content-Location",
+		"Content-Range", "Content-Security-Policy", "Content-Type", "Date", "Etag", "Expires",
+		"Keep-Alive", "Last-Modified", "Link", "Location", "Pragma", "Retry-After", "Server",
+		"Set-Cookie", "Strict-Transport-Security", "Trailer", "Transfer-Encoding", "Upgrade",
+		"Vary", "Via", "Www-Authenticate", "X-Content-Type-Options", "X-Frame-Options",
+		"X-Request-Id",
+	} {
+		m[k] = k
+		m[strings.ToLower(k)] = k
+	}
+	m["ETag"] = "Etag"
+	m["WWW-Authenticate"] = "Www-Authenticate"
+	m["X-Request-ID"] = "X-Request-Id"
+	return m
+}()
+
+func truncate(b []byte) string {
+	if len(b) > 64 {
+		return string(b[:64]) + "..."
+	}
+	return string(b)
+}

@@ -1,0 +1,292 @@
+package pipelined
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// Defaults used when a [TransportOptions] field is zero.
+const (
+	// DefaultMaxConnsPerHost caps the connections (dialing, busy or idle)
+	// per host when TransportOptions.MaxConnsPerHost is zero. Browsers
+	// settled on 6 per host; pipelining multiplies what each connection
+	// carries, so 8 connections of depth 4 carry 32 requests at once, more
+	// than net/http's default of 2 idle connections ever keeps warm, while
+	// staying polite to servers that count connections per client.
+	DefaultMaxConnsPerHost = 8
+
+	// DefaultPipelineDepth is the number of requests in flight on one
+	// connection when TransportOptions.PipelineDepth is zero. Firefox used
+	// 4; deeper pipelines add head-of-line blocking against servers that
+	// serve pipelined requests one at a time (nginx, net/http).
+	DefaultPipelineDepth = 4
+
+	// DefaultMaxResponseHeaderBytes is net/http's limit on response header
+	// bytes (including 1xx responses).
+	DefaultMaxResponseHeaderBytes = 10 << 20
+
+	defaultBufferSize = 4 << 10
+
+	// maxReadAhead is the largest response body the reader of a connection
+	// buffers before reading on to the next response (see the package doc).
+	maxReadAhead = 64 << 10
+
+	// maxDrain is the largest remainder of a body that is read and
+	// discarded to keep a connection when the body is closed early.
+	maxDrain = 256 << 10
+
+	// maxAttempts bounds how many times one request is sent.
+	maxAttempts = 4
+)
+
+// TransportOptions configures a [Transport]. Fields that have a twin in
+// [net/http.Transport] have the same name and meaning; the zero value of
+// every field is a documented default.
+type TransportOptions struct {
+	// MaxConnsPerHost limits the number of connections per host, counting
+	// connections being dialed, busy and idle ones. Zero means
+	// DefaultMaxConnsPerHost; a negative value means no limit.
+	MaxConnsPerHost int
+
+	// PipelineDepth is the largest number of requests in flight on one
+	// connection. 1 disables pipelining; zero means DefaultPipelineDepth.
+	PipelineDepth int
+
+	// IdleConnTimeout is how long a connection with nothing in flight stays
+	// open. Zero means no limit.
+	IdleConnTimeout time.Duration
+
+	// ResponseHeaderTimeout, if non-zero, is how long to wait for a
+	// response's headers once the request has been fully written and is the
+	// oldest unanswered request on its connection. (net/http starts the
+	// timer when the request is written; on a pipelined connection that
+	// would count the time spent behind earlier responses.) On expiry the
+	// connection is closed and RoundTrip returns a net.Error whose Timeout
+	// method reports true.
+	ResponseHeaderTimeout time.Duration
+
+	// MaxResponseHeaderBytes limits the size of a response's header block,
+	// 1xx responses included. Zero means DefaultMaxResponseHeaderBytes.
+	MaxResponseHeaderBytes int64
+
+	// DisableKeepAlives, if true, uses each connection for one request only
+	// and sends "Connection: close". It disables pipelining.
+	DisableKeepAlives bool
+
+	// DisableCompression, if true, prevents the Transport from requesting
+	// gzip with "Accept-Encoding: gzip" and decoding it transparently.
+	DisableCompression bool
+
+	// ReadBufferSize and WriteBufferSize are the sizes of each
+	// connection's read and write buffers. Zero means 4 KiB.
+	ReadBufferSize  int
+	WriteBufferSize int
+
+	// DialContext dials the TCP connections. Zero means a net.Dialer with a
+	// 30 s timeout and 30 s keep-alive, like http.DefaultTransport's. The
+	// context carries the request's values but not its cancellation: a
+	// dial outlives the request that started it and joins the pool.
+	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// Transport is an [http.RoundTripper] that pipelines HTTP/1.1 requests over
+// a bounded set of connections per host. It is safe for concurrent use.
+type Transport struct {
+	opts   TransportOptions // normalised, read-only after NewTransport
+	depth  int
+	maxCon int // < 0: unlimited
+
+	ctx    context.Context // cancelled by Close; parent of dials
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // connection readers and dials
+
+	mu     sync.Mutex // guards pools and closed
+	pools  map[poolKey]*hostPool
+	closed bool
+}
+
+var _ http.RoundTripper = (*Transport)(nil)
+
+// NewTransport returns a Transport configured by opts.
+func NewTransport(opts TransportOptions) *Transport {
+	t := &Transport{opts: opts, pools: make(map[poolKey]*hostPool)}
+	t.depth = opts.PipelineDepth
+	if t.depth <= 0 {
+		t.depth = DefaultPipelineDepth
+	}
+	if opts.DisableKeepAlives {
+		t.depth = 1
+	}
+	t.maxCon = opts.MaxConnsPerHost
+	if t.maxCon == 0 {
+		t.maxCon = DefaultMaxConnsPerHost
+	}
+	if t.opts.MaxResponseHeaderBytes <= 0 {
+		t.opts.MaxResponseHeaderBytes = DefaultMaxResponseHeaderBytes
+	}
+	if t.opts.ReadBufferSize <= 0 {
+		t.opts.ReadBufferSize = defaultBufferSize
+	}
+	if t.opts.WriteBufferSize <= 0 {
+		t.opts.WriteBufferSize = defaultBufferSize
+	}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	return t
+}
+
+// RoundTrip implements [http.RoundTripper]. It never modifies req and always
+// closes its body.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if err := validateRequest(req); err != nil {
+		closeBody(req)
+		return nil, err
+	}
+	key, err := t.keyFor(req)
+	if err != nil {
+		closeBody(req)
+		return nil, err
+	}
+	p, err := t.pool(key)
+	if err != nil {
+		closeBody(req)
+		return nil, err
+	}
+	return p.roundTrip(req)
+}
+
+// pool returns the pool for key, creating it.
+func (t *Transport) pool(key poolKey) (*hostPool, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, ErrTransportClosed
+	}
+	p := t.pools[key]
+	if p == nil {
+		p = newHostPool(t, key)
+		t.pools[key] = p
+	}
+	return p, nil
+}
+
+// CloseIdleConnections closes every connection that has no request in flight.
+// Busy connections are left alone.
+func (t *Transport) CloseIdleConnections() {
+	for _, p := range t.poolList() {
+		p.closeIdle()
+	}
+}
+
+// Close closes every connection and waits for the transport's goroutines to
+// exit. Requests in flight or queued fail with [ErrTransportClosed], as do
+// later calls to RoundTrip. Response bodies already returned fail on their
+// next Read. Close is idempotent.
+func (t *Transport) Close() error {
+	t.mu.Lock()
+	t.closed = true
+	t.mu.Unlock()
+	t.cancel()
+	for _, p := range t.poolList() {
+		p.close()
+	}
+	t.wg.Wait()
+	return nil
+}
+
+func (t *Transport) poolList() []*hostPool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ps := make([]*hostPool, 0, len(t.pools))
+	for _, p := range t.pools {
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+// HostStats is a snapshot of one host's pool, as returned by
+// [Transport.Stats].
+type HostStats struct {
+	Open     int // connections established and usable (busy or idle)
+	Dialing  int // connections being dialed
+	Idle     int // established connections with no request in flight
+	InFlight int // requests written or assigned to a connection, not yet answered
+	Queued   int // requests waiting for a connection
+}
+
+// Stats returns a snapshot of every host's pool, keyed by
+// "scheme://host:port" (with " via proxy" appended for proxied pools). It is
+// safe to call at any time.
+func (t *Transport) Stats() map[string]HostStats {
+	ps := t.poolList()
+	m := make(map[string]HostStats, len(ps))
+	for _, p := range ps {
+		m[p.key.String()] = p.stats()
+	}
+	return m
+}
+
+// validateRequest reports the errors net/http's Transport reports before
+// touching the network, with the same wording.
+func validateRequest(req *http.Request) error {
+	if req.URL == nil {
+		return errors.New("http: nil Request.URL")
+	}
+	if req.Header == nil {
+		return errors.New("http: nil Request.Header")
+	}
+	scheme := req.URL.Scheme
+	if scheme != "http" && scheme != "https" {
+		return fmt.Errorf("unsupported protocol scheme %q", scheme)
+	}
+	for k, vv := range req.Header {
+		if !httpguts.ValidHeaderFieldName(k) {
+			return fmt.Errorf("net/http: invalid header field name %q", k)
+		}
+		for _, v := range vv {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				// Don't include the value in the error, as net/http doesn't:
+				// it may be sensitive.
+				return fmt.Errorf("net/http: invalid header field value for %q", k)
+			}
+		}
+	}
+	for k, vv := range req.Trailer {
+		if !httpguts.ValidHeaderFieldName(k) {
+			return fmt.Errorf("net/http: invalid trailer field name %q", k)
+		}
+		for _, v := range vv {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return fmt.Errorf("net/http: invalid trailer field value for %q", k)
+			}
+		}
+	}
+	if req.Method != "" && !validMethod(req.Method) {
+		return fmt.Errorf("net/http: invalid method %q", req.Method)
+	}
+	if req.URL.Host == "" {
+		return errors.New("http: no Host in request URL")
+	}
+	if req.ContentLength != 0 && req.Body == nil {
+		return fmt.Errorf("http: Request.ContentLength=%d with nil Body", req.ContentLength)
+	}
+	return nil
+}
+
+func validMethod(m string) bool {
+	// RFC 9110 §9.1: method = token.
+	return len(m) > 0 && strings.IndexFunc(m, func(r rune) bool { return !httpguts.IsTokenRune(r) }) < 0
+}
+
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		req.Body.Close()
+	}
+}
