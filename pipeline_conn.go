@@ -39,9 +39,10 @@ type pconn struct {
 	pendingWriters atomic.Int32  // writers waiting for writeLock; the last one flushes
 	wdMu           sync.Mutex    // serialises write-deadline changes on cancellation
 
-	mu   sync.Mutex // guards fifo and dead
-	fifo []*attempt // attempts written and not fully answered, in wire order
-	dead bool
+	mu      sync.Mutex // guards fifo, dead and noWrite
+	fifo    []*attempt // attempts written and not fully answered, in wire order
+	dead    bool
+	noWrite bool // the connection ends after responses already due: write nothing more
 
 	closeOnce sync.Once
 	closed    chan struct{} // closed when conn is closed
@@ -106,7 +107,7 @@ func (c *pconn) send(a *attempt) error {
 		return nil
 	}
 	c.mu.Lock()
-	if c.dead {
+	if c.dead || c.noWrite {
 		c.mu.Unlock()
 		<-c.writeLock
 		if body != nil {
@@ -187,7 +188,7 @@ func (c *pconn) armHeaderTimeout(a *attempt) {
 		return
 	}
 	c.deadlineMu.Lock()
-	if !a.headersRead {
+	if !a.disarmed {
 		c.armed = a
 		c.conn.SetReadDeadline(time.Now().Add(d))
 	}
@@ -201,7 +202,7 @@ func (c *pconn) disarm(a *attempt) bool {
 	}
 	c.deadlineMu.Lock()
 	defer c.deadlineMu.Unlock()
-	a.headersRead = true
+	a.disarmed = true
 	if c.armed == a {
 		c.armed = nil
 		c.conn.SetReadDeadline(time.Time{})
@@ -278,7 +279,11 @@ func (c *pconn) readResponses() error {
 		c.p.gotHeaders(c, a, closing)
 		if closing {
 			// RFC 9112 §9.6: requests written behind a response that closes
-			// the connection will not be answered; send them elsewhere.
+			// the connection will not be answered; send them elsewhere, and
+			// write nothing more (writers already assigned go elsewhere).
+			c.mu.Lock()
+			c.noWrite = true
+			c.mu.Unlock()
 			c.resendBehind()
 		}
 		if resp.StatusCode == http.StatusSwitchingProtocols {
@@ -477,16 +482,21 @@ func (c *pconn) fail(err error) {
 		return
 	}
 	c.dead = true
-	fifo := c.fifo
+	// headersRead is guarded by c.mu: pick the unanswered attempts here.
+	var unanswered []*attempt
+	headUnanswered := false
+	for i, a := range c.fifo {
+		if !a.headersRead {
+			unanswered = append(unanswered, a)
+			headUnanswered = headUnanswered || i == 0
+		}
+	}
 	c.fifo = nil
 	c.mu.Unlock()
 	c.p.connDead(c)
 	final := isFinalError(err)
-	for i, a := range fifo {
-		if a.headersRead {
-			continue
-		}
-		a.deliver(result{err: &ConnError{Err: err, Written: true, noRetry: i == 0 && final}})
+	for i, a := range unanswered {
+		a.deliver(result{err: &ConnError{Err: err, Written: true, noRetry: i == 0 && headUnanswered && final}})
 	}
 }
 

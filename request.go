@@ -110,8 +110,11 @@ type attempt struct {
 
 	// Guarded by pconn.mu.
 	headersRead bool // final response headers parsed
-	// Header-timeout arming (see pconn.arm).
+	// Header-timeout arming (see pconn.armHeaderTimeout).
 	arm atomic.Int32
+	// disarmed is guarded by pconn.deadlineMu: the header timer must not
+	// start any more.
+	disarmed bool
 }
 
 const (
