@@ -44,9 +44,9 @@ type clientConfig struct {
 // a 200 response.
 type benchClient interface {
 	Do(ctx context.Context) error
-	// OpenConns reports the client's own count of open connections, or
+	// PoolStats reports the client's own view of its connection pool, or
 	// ok == false if it has none.
-	OpenConns() (n int, ok bool)
+	PoolStats() (s poolStats, ok bool)
 	Close()
 }
 
@@ -66,7 +66,7 @@ func newClient(name string, cfg clientConfig) (benchClient, error) {
 			client:    &http.Client{Transport: tr, Timeout: cfg.Timeout},
 			url:       "http://" + cfg.Addr + "/",
 			close:     tr.CloseIdleConnections,
-			openConns: func() (int, bool) { return 0, false },
+			poolStats: func() (poolStats, bool) { return poolStats{}, false },
 		}, nil
 	case clientPipelined, clientPipelinedNoKA:
 		return newPipelinedClient(cfg, name == clientPipelinedNoKA)
@@ -95,12 +95,20 @@ func newClient(name string, cfg clientConfig) (benchClient, error) {
 	return nil, fmt.Errorf("unknown client %q", name)
 }
 
+// poolStats is a client's connection pool at one moment (summed over
+// hosts).
+type poolStats struct {
+	Open     int // connections established
+	InFlight int // requests on connections
+	Queued   int // requests waiting for a connection
+}
+
 // httpClient drives an *http.Client.
 type httpClient struct {
 	client    *http.Client
 	url       string
 	close     func()
-	openConns func() (int, bool)
+	poolStats func() (poolStats, bool)
 }
 
 func (c *httpClient) Do(ctx context.Context) error {
@@ -122,8 +130,8 @@ func (c *httpClient) Do(ctx context.Context) error {
 	return err
 }
 
-func (c *httpClient) OpenConns() (int, bool) { return c.openConns() }
-func (c *httpClient) Close()                 { c.close() }
+func (c *httpClient) PoolStats() (poolStats, bool) { return c.poolStats() }
+func (c *httpClient) Close()                       { c.close() }
 
 // fastClient drives a fasthttp.HostClient or fasthttp.PipelineClient. The
 // request and response objects are pooled, as fasthttp users do.
@@ -149,8 +157,8 @@ func (c *fastClient) Do(ctx context.Context) error {
 	return nil
 }
 
-func (c *fastClient) OpenConns() (int, bool) { return 0, false }
-func (c *fastClient) Close()                 { c.close() }
+func (c *fastClient) PoolStats() (poolStats, bool) { return poolStats{}, false }
+func (c *fastClient) Close()                       { c.close() }
 
 // dialCounter dials TCP connections and counts them: dials, and the largest
 // number open at once.

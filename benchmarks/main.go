@@ -73,8 +73,12 @@ type result struct {
 	Ideal      float64  `json:"ideal_req_per_sec,omitempty"`
 	Ratio      float64  `json:"ratio_to_ideal,omitempty"`
 	MaxOpen    int      `json:"max_open_conns"` // Stats for pipelined, dial counter for others
-	Dials      int64    `json:"dials"`
-	Skipped    string   `json:"skipped,omitempty"`
+	// From Transport.Stats (pipelined only): the largest numbers of
+	// requests in flight on connections and waiting for one.
+	MaxInFlight int    `json:"max_in_flight,omitempty"`
+	MaxQueued   int    `json:"max_queued,omitempty"`
+	Dials       int64  `json:"dials"`
+	Skipped     string `json:"skipped,omitempty"`
 }
 
 type options struct {
@@ -528,12 +532,13 @@ func runCell(sc scenario, name, addr string, o *options) result {
 	to.Store(int64(end.Sub(start)))
 	// Sample the client's own count of open connections.
 	maxOpen := 0
-	_, hasStats := cl.OpenConns()
+	_, hasStats := cl.PoolStats()
 	for now := time.Now(); now.Before(end); now = time.Now() {
 		if hasStats {
-			if n, _ := cl.OpenConns(); n > maxOpen {
-				maxOpen = n
-			}
+			ps, _ := cl.PoolStats()
+			maxOpen = max(maxOpen, ps.Open)
+			r.MaxInFlight = max(r.MaxInFlight, ps.InFlight)
+			r.MaxQueued = max(r.MaxQueued, ps.Queued)
 		}
 		time.Sleep(min(5*time.Millisecond, end.Sub(now)))
 	}
@@ -603,6 +608,9 @@ func printTable(out io.Writer, sc scenario, rows []result) {
 		}
 		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%.1fµs\t%d\t%s\t%d\t%d\t\n",
 			name(r.Client), r.ReqPerSec, fmtMs(r.P50Ms), fmtMs(r.P99Ms), r.CPUPerReq, r.Errors, ratio, r.MaxOpen, r.Dials)
+		if r.MaxInFlight > 0 || r.MaxQueued > 0 {
+			notes = append(notes, fmt.Sprintf("%s Stats: max %d open, %d in flight, %d queued", r.Client, r.MaxOpen, r.MaxInFlight, r.MaxQueued))
+		}
 		if r.FirstError != "" {
 			notes = append(notes, fmt.Sprintf("%s first error: %s", r.Client, r.FirstError))
 		}

@@ -8,7 +8,7 @@ import (
 	"github.com/pipelined/pipelined"
 )
 
-// newPipelinedClient builds the pipelined client; its open connections come
+// newPipelinedClient builds the pipelined client; its pool statistics come
 // from Transport.Stats.
 func newPipelinedClient(cfg clientConfig, disableKeepAlives bool) (benchClient, error) {
 	t := pipelined.NewTransport(pipelined.TransportOptions{
@@ -21,12 +21,14 @@ func newPipelinedClient(cfg clientConfig, disableKeepAlives bool) (benchClient, 
 		client: &http.Client{Transport: t, Timeout: cfg.Timeout},
 		url:    "http://" + cfg.Addr + "/",
 		close:  func() { t.Close() },
-		openConns: func() (int, bool) {
-			n := 0
+		poolStats: func() (poolStats, bool) {
+			var s poolStats
 			for _, hs := range t.Stats() {
-				n += hs.Open
+				s.Open += hs.Open
+				s.InFlight += hs.InFlight
+				s.Queued += hs.Queued
 			}
-			return n, true
+			return s, true
 		},
 	}, nil
 }
