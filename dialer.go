@@ -1,41 +1,117 @@
 package pipelined
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
+	"encoding/base64"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
+	"net/url"
 	"strings"
 	"time"
 
 	"golang.org/x/net/idna"
+	"golang.org/x/net/proxy"
 )
 
 // poolKey identifies the connections that may serve a request: a pool per
-// (proxy, scheme, target address).
+// (proxy, target scheme, target address). Nothing is shared between pools,
+// so a connection never carries requests for another target or proxy, and
+// credentials of one proxy URL never serve a request meant for another.
 type poolKey struct {
-	scheme    string // "http" or "https"
-	addr      string // host:port of the target
-	proxy     string // proxy URL without credentials, or ""
-	proxyAuth string // Proxy-Authorization value for HTTP proxies
+	scheme      string // target scheme: "http" or "https"
+	addr        string // host:port of the target (ASCII host, default port filled in)
+	proxyScheme string // "http", "https", "socks5", "socks5h", or "" for no proxy
+	proxyAddr   string // host:port of the proxy
+	proxyUser   string // the proxy URL's user info, encoded (url.Userinfo.String), or ""
+	proxyAuth   string // Proxy-Authorization value for HTTP(S) proxies, or ""
 }
 
+// String returns the pool's name as Stats reports it: "scheme://host:port",
+// followed by " via scheme://proxyhost:port" for proxied pools. It never
+// contains proxy credentials.
 func (k poolKey) String() string {
 	s := k.scheme + "://" + k.addr
-	if k.proxy != "" {
-		s += " via " + k.proxy
+	if k.proxyScheme != "" {
+		s += " via " + k.proxyScheme + "://" + k.proxyAddr
 	}
 	return s
 }
 
-// keyFor returns the pool key for req.
+// forwardProxy reports whether requests of the pool are sent to an HTTP(S)
+// proxy in absolute form, with the proxy's credentials: an http:// target
+// through an http:// or https:// proxy. Every other proxied pool tunnels
+// (CONNECT or SOCKS5) and sends origin requests untouched.
+func (k poolKey) forwardProxy() bool {
+	return k.scheme == "http" && (k.proxyScheme == "http" || k.proxyScheme == "https")
+}
+
+// dialAddr returns the address dialed for the pool: the proxy's if any,
+// else the target's. It is what the httptrace GetConn hook reports, as in
+// net/http.
+func (k poolKey) dialAddr() string {
+	if k.proxyScheme != "" {
+		return k.proxyAddr
+	}
+	return k.addr
+}
+
+// proxyURL returns the proxy URL of the pool, credentials included.
+func (k poolKey) proxyURL() *url.URL {
+	u := &url.URL{Scheme: k.proxyScheme, Host: k.proxyAddr}
+	if k.proxyUser != "" {
+		// proxyUser came from url.Userinfo.String: parsing it back is
+		// lossless.
+		if pu, err := url.Parse("x://" + k.proxyUser + "@h"); err == nil {
+			u.User = pu.User
+		}
+	}
+	return u
+}
+
+// keyFor returns the pool key for req, calling TransportOptions.Proxy.
+// An error from Proxy aborts the request, as in net/http.
 func (t *Transport) keyFor(req *http.Request) (poolKey, error) {
 	addr, err := canonicalAddr(req.URL.Scheme, req.URL.Host)
 	if err != nil {
 		return poolKey{}, err
 	}
-	return poolKey{scheme: req.URL.Scheme, addr: addr}, nil
+	key := poolKey{scheme: req.URL.Scheme, addr: addr}
+	if t.opts.Proxy == nil {
+		return key, nil
+	}
+	u, err := t.opts.Proxy(req)
+	if err != nil || u == nil {
+		return key, err
+	}
+	switch u.Scheme {
+	case "":
+		key.proxyScheme = "http" // as net/http: a bare host:port is an HTTP proxy
+	case "http", "https", "socks5", "socks5h":
+		key.proxyScheme = u.Scheme
+	default:
+		return poolKey{}, fmt.Errorf("pipelined: unsupported proxy scheme %q", u.Scheme)
+	}
+	if u.Host == "" {
+		return poolKey{}, fmt.Errorf("pipelined: proxy URL %q has no host", u.Redacted())
+	}
+	if key.proxyAddr, err = canonicalAddr(key.proxyScheme, u.Host); err != nil {
+		return poolKey{}, err
+	}
+	if u.User != nil {
+		key.proxyUser = u.User.String()
+		if key.proxyScheme == "http" || key.proxyScheme == "https" {
+			// net/http's connectMethod.proxyAuth: Basic, from the user info.
+			password, _ := u.User.Password()
+			key.proxyAuth = "Basic " + base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+password))
+		}
+	}
+	return key, nil
 }
 
 // canonicalAddr returns host:port for a URL host, with the scheme's default
@@ -46,9 +122,13 @@ func canonicalAddr(scheme, hostport string) (string, error) {
 		host, port = hostport[:i], hostport[i+1:]
 	}
 	if port == "" {
-		port = "80"
-		if scheme == "https" {
+		switch scheme {
+		case "https":
 			port = "443"
+		case "socks5", "socks5h":
+			port = "1080"
+		default:
+			port = "80"
 		}
 	}
 	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
@@ -71,30 +151,331 @@ func isASCII(s string) bool {
 	return true
 }
 
+func hostOf(addr string) string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	return host
+}
+
 var defaultDialer = &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 
-// dial opens a connection for key: TCP, then TLS for https.
+// errTLSHandshakeTimeout is returned when TLSHandshakeTimeout expires. Its
+// wording is net/http's, prefixed.
+var errTLSHandshakeTimeout = &timeoutError{"pipelined: TLS handshake timeout"}
+
+// connectTimeout bounds a CONNECT exchange with a proxy, as in net/http.
+const connectTimeout = time.Minute
+
+// A ProxyConnectError reports that an HTTP proxy answered a CONNECT request
+// with a status other than 200. The request that needed the tunnel fails
+// with it; net/http reports the same case with an error whose text is the
+// status text alone.
+type ProxyConnectError struct {
+	StatusCode int    // e.g. 407
+	Status     string // e.g. "407 Proxy Authentication Required"
+}
+
+func (e *ProxyConnectError) Error() string {
+	return "pipelined: proxy refused CONNECT: " + e.Status
+}
+
+// dial opens a connection for key, as net/http's dialConn does: TCP (or
+// DialTLSContext) to the target or the proxy, TLS to an https proxy, a
+// CONNECT or SOCKS5 tunnel, and TLS to an https target. It runs in a dial
+// goroutine of the pool and holds no lock. ctx carries the values of the
+// request that started the dial (and so its httptrace hooks) and is
+// cancelled only by Transport.Close.
 func (t *Transport) dial(ctx context.Context, key poolKey) (net.Conn, *tls.ConnectionState, error) {
-	dial := t.opts.DialContext
-	if dial == nil {
-		dial = defaultDialer.DialContext
+	if key.proxyScheme == "" {
+		if key.scheme == "https" && t.opts.DialTLSContext != nil {
+			return t.dialTLSHook(ctx, key.addr)
+		}
+		conn, err := t.dialTCP(ctx, key.addr)
+		if err != nil {
+			return nil, nil, err
+		}
+		if key.scheme != "https" {
+			return conn, nil, nil
+		}
+		return t.addTLS(ctx, conn, hostOf(key.addr))
 	}
-	conn, err := dial(ctx, "tcp", key.addr)
+
+	var conn net.Conn
+	var state *tls.ConnectionState
+	var err error
+	if key.proxyScheme == "socks5" || key.proxyScheme == "socks5h" {
+		conn, err = t.dialSOCKS(ctx, key)
+	} else {
+		conn, state, err = t.dialHTTPProxy(ctx, key)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
-	if conn == nil {
-		return nil, nil, errors.New("pipelined: DialContext returned (nil, nil)")
+	if key.forwardProxy() {
+		return conn, state, nil
+	}
+	if key.proxyScheme == "http" || key.proxyScheme == "https" {
+		if err := t.connectTunnel(ctx, conn, key); err != nil {
+			conn.Close()
+			return nil, nil, err
+		}
 	}
 	if key.scheme != "https" {
 		return conn, nil, nil
 	}
-	host, _, _ := net.SplitHostPort(key.addr)
-	tc := tls.Client(conn, &tls.Config{ServerName: host, NextProtos: []string{"http/1.1"}})
-	if err := tc.HandshakeContext(ctx); err != nil {
+	return t.addTLS(ctx, conn, hostOf(key.addr))
+}
+
+// proxyConnectError wraps an error in reaching a proxy as net/http does
+// (golang/go#16997), so that it names the proxy rather than the target.
+func proxyConnectError(err error) error {
+	return &net.OpError{Op: "proxyconnect", Net: "tcp", Err: err}
+}
+
+// dialHTTPProxy connects to the HTTP proxy of key: TCP, then TLS for an
+// https proxy (DialTLSContext if set, as net/http does for the first TLS
+// hop). Errors are wrapped as "proxyconnect".
+func (t *Transport) dialHTTPProxy(ctx context.Context, key poolKey) (net.Conn, *tls.ConnectionState, error) {
+	if key.proxyScheme == "https" && t.opts.DialTLSContext != nil {
+		conn, state, err := t.dialTLSHook(ctx, key.proxyAddr)
+		if err != nil {
+			return nil, nil, proxyConnectError(err)
+		}
+		return conn, state, nil
+	}
+	conn, err := t.dialTCP(ctx, key.proxyAddr)
+	if err != nil {
+		return nil, nil, proxyConnectError(err)
+	}
+	if key.proxyScheme != "https" {
+		return conn, nil, nil
+	}
+	conn, state, err := t.addTLS(ctx, conn, hostOf(key.proxyAddr))
+	if err != nil {
+		return nil, nil, proxyConnectError(err)
+	}
+	return conn, state, nil
+}
+
+// dialTCP dials addr with DialContext or the default dialer.
+func (t *Transport) dialTCP(ctx context.Context, addr string) (net.Conn, error) {
+	dial := t.opts.DialContext
+	if dial == nil {
+		dial = defaultDialer.DialContext
+	}
+	conn, err := dial(ctx, "tcp", addr)
+	if err == nil && conn == nil {
+		err = errors.New("pipelined: DialContext returned (nil, nil)")
+	}
+	return conn, err
+}
+
+// dialTLSHook dials addr with DialTLSContext and, if it returns a *tls.Conn
+// that has not completed its handshake, performs it (as net/http does).
+// TLSClientConfig and TLSHandshakeTimeout do not apply.
+func (t *Transport) dialTLSHook(ctx context.Context, addr string) (net.Conn, *tls.ConnectionState, error) {
+	conn, err := t.opts.DialTLSContext(ctx, "tcp", addr)
+	if err == nil && conn == nil {
+		err = errors.New("pipelined: DialTLSContext returned (nil, nil)")
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	tc, ok := conn.(*tls.Conn)
+	if !ok {
+		return conn, nil, nil
+	}
+	if !tc.ConnectionState().HandshakeComplete {
+		if err := handshake(ctx, tc); err != nil {
+			conn.Close()
+			return nil, nil, err
+		}
+	}
+	st := tc.ConnectionState()
+	if err := checkALPN(&st); err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	return tc, &st, nil
+}
+
+// addTLS runs a TLS client handshake over conn for serverName, with a clone
+// of TLSClientConfig (never modified) limited to HTTP/1.1, under
+// TLSHandshakeTimeout. It closes conn on failure.
+func (t *Transport) addTLS(ctx context.Context, conn net.Conn, serverName string) (net.Conn, *tls.ConnectionState, error) {
+	var cfg *tls.Config
+	if t.opts.TLSClientConfig != nil {
+		cfg = t.opts.TLSClientConfig.Clone()
+	} else {
+		cfg = &tls.Config{}
+	}
+	if cfg.ServerName == "" {
+		cfg.ServerName = serverName
+	}
+	// We speak HTTP/1.1 only: never let ALPN pick h2.
+	cfg.NextProtos = []string{"http/1.1"}
+	tc := tls.Client(conn, cfg)
+
+	hctx := ctx
+	if d := t.opts.TLSHandshakeTimeout; d > 0 {
+		var cancel context.CancelFunc
+		hctx, cancel = context.WithTimeoutCause(ctx, d, errTLSHandshakeTimeout)
+		defer cancel()
+	}
+	err := handshake(hctx, tc)
+	if err != nil && context.Cause(hctx) == errTLSHandshakeTimeout {
+		err = errTLSHandshakeTimeout
+	}
+	if err != nil {
 		conn.Close()
 		return nil, nil, err
 	}
 	st := tc.ConnectionState()
+	if err := checkALPN(&st); err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
 	return tc, &st, nil
+}
+
+// handshake runs tc's handshake under ctx, firing the TLSHandshakeStart and
+// TLSHandshakeDone hooks of the trace ctx carries.
+func handshake(ctx context.Context, tc *tls.Conn) error {
+	trace := httptrace.ContextClientTrace(ctx)
+	if trace != nil && trace.TLSHandshakeStart != nil {
+		trace.TLSHandshakeStart()
+	}
+	err := tc.HandshakeContext(ctx)
+	if trace != nil && trace.TLSHandshakeDone != nil {
+		st := tls.ConnectionState{}
+		if err == nil {
+			st = tc.ConnectionState()
+		}
+		terr := err
+		if terr != nil && context.Cause(ctx) == errTLSHandshakeTimeout {
+			terr = errTLSHandshakeTimeout
+		}
+		trace.TLSHandshakeDone(st, terr)
+	}
+	return err
+}
+
+// checkALPN rejects a connection on which TLS negotiated a protocol other
+// than HTTP/1.1 (possible only with DialTLSContext).
+func checkALPN(st *tls.ConnectionState) error {
+	if p := st.NegotiatedProtocol; p != "" && p != "http/1.1" {
+		return fmt.Errorf("pipelined: TLS negotiated protocol %q; only HTTP/1.1 is supported", p)
+	}
+	return nil
+}
+
+// connectTunnel asks the HTTP proxy at the other end of conn for a tunnel to
+// key.addr (RFC 9110 §9.3.6), as net/http does: headers from
+// GetProxyConnectHeader or ProxyConnectHeader, Proxy-Authorization from
+// the proxy URL, the exchange bounded by one minute and the reply's header
+// by MaxResponseHeaderBytes, then OnProxyConnectResponse, then the status.
+func (t *Transport) connectTunnel(ctx context.Context, conn net.Conn, key poolKey) error {
+	pu := key.proxyURL()
+	hdr := t.opts.ProxyConnectHeader
+	if t.opts.GetProxyConnectHeader != nil {
+		h, err := t.opts.GetProxyConnectHeader(ctx, pu, key.addr)
+		if err != nil {
+			return err
+		}
+		hdr = h
+	}
+	hdr = hdr.Clone()
+	if hdr == nil {
+		hdr = make(http.Header)
+	}
+	if key.proxyAuth != "" {
+		hdr.Set("Proxy-Authorization", key.proxyAuth)
+	}
+	connectReq := &http.Request{
+		Method: http.MethodConnect,
+		URL:    &url.URL{Opaque: key.addr},
+		Host:   key.addr,
+		Header: hdr,
+	}
+	connectReq = connectReq.WithContext(ctx)
+
+	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	// Unblock the exchange when cctx ends; the caller closes conn.
+	stop := context.AfterFunc(cctx, func() { conn.SetDeadline(aLongTimeAgo) })
+	var resp *http.Response
+	err := connectReq.Write(conn)
+	if err == nil {
+		br := bufio.NewReader(&io.LimitedReader{R: conn, N: t.opts.MaxResponseHeaderBytes})
+		resp, err = http.ReadResponse(br, connectReq)
+		if err == nil && br.Buffered() > 0 {
+			// RFC 9110 §9.3.6: the tunnel starts after the reply's
+			// header; the proxy may not speak first for a TLS target.
+			err = errors.New("pipelined: proxy sent data after its CONNECT reply")
+		}
+	}
+	if !stop() { // cctx ended during the exchange
+		return fmt.Errorf("pipelined: CONNECT to proxy %s: %w", key.proxyAddr, cctx.Err())
+	}
+	if err != nil {
+		return err
+	}
+	if f := t.opts.OnProxyConnectResponse; f != nil {
+		if err := f(ctx, pu, connectReq, resp); err != nil {
+			return err
+		}
+	}
+	if resp.StatusCode != http.StatusOK {
+		return &ProxyConnectError{StatusCode: resp.StatusCode, Status: resp.Status}
+	}
+	return nil
+}
+
+// socksForward is the forward dialer handed to golang.org/x/net/proxy: it
+// dials the SOCKS proxy with the transport's DialContext and remembers the
+// error, so that a failure to reach the proxy is reported as such.
+type socksForward struct {
+	t   *Transport
+	err error
+}
+
+// Dial implements proxy.Dialer.
+func (f *socksForward) Dial(network, addr string) (net.Conn, error) {
+	return f.DialContext(context.Background(), network, addr)
+}
+
+// DialContext implements proxy.ContextDialer.
+func (f *socksForward) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	conn, err := f.t.dialTCP(ctx, addr)
+	f.err = err
+	return conn, err
+}
+
+// dialSOCKS connects to key.addr through the SOCKS5 proxy of key (RFC 1928,
+// with RFC 1929 username/password authentication from the proxy URL). The
+// target's host name is sent to the proxy, which resolves it, for both
+// socks5 and socks5h, as in net/http. A failure to reach the proxy is
+// wrapped as "proxyconnect"; SOCKS5 errors come as golang.org/x/net/proxy
+// reports them (a *net.OpError), as net/http returns them.
+func (t *Transport) dialSOCKS(ctx context.Context, key poolKey) (net.Conn, error) {
+	var auth *proxy.Auth
+	if pu := key.proxyURL(); pu.User != nil {
+		auth = &proxy.Auth{User: pu.User.Username()}
+		auth.Password, _ = pu.User.Password()
+	}
+	fwd := &socksForward{t: t}
+	d, err := proxy.SOCKS5("tcp", key.proxyAddr, auth, fwd)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := d.(proxy.ContextDialer).DialContext(ctx, "tcp", key.addr)
+	if err != nil {
+		if fwd.err != nil {
+			return nil, proxyConnectError(fwd.err)
+		}
+		return nil, err
+	}
+	return conn, nil
 }

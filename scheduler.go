@@ -51,7 +51,10 @@ func newHostPool(t *Transport, key poolKey) *hostPool {
 // of RFC 9112 §9.3.1-§9.3.2 and RFC 9110 §9.2.2 allow.
 func (p *hostPool) roundTrip(req *http.Request) (*http.Response, error) {
 	r := newRequest(p.t, req, p.key)
-	if p.key.proxy != "" && p.key.scheme == "http" {
+	if p.key.forwardProxy() {
+		// An http:// target through an HTTP(S) proxy: RFC 9112 §3.2.2
+		// absolute form, with the proxy's credentials. Tunnels (CONNECT,
+		// SOCKS5) send origin requests untouched.
 		r.absoluteURI = true
 		r.proxyAuth = p.key.proxyAuth
 	}
@@ -64,7 +67,7 @@ func (p *hostPool) roundTrip(req *http.Request) (*http.Response, error) {
 
 func (p *hostPool) roundTripAttempts(r *request) (*http.Response, error) {
 	if t := r.trace; t != nil && t.GetConn != nil {
-		t.GetConn(p.key.addr)
+		t.GetConn(p.key.dialAddr()) // the proxy's address if proxied, as net/http
 	}
 	alone := false
 	for n := 1; ; n++ {

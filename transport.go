@@ -2,10 +2,12 @@ package pipelined
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -90,11 +92,60 @@ type TransportOptions struct {
 	ReadBufferSize  int
 	WriteBufferSize int
 
-	// DialContext dials the TCP connections. Zero means a net.Dialer with a
-	// 30 s timeout and 30 s keep-alive, like http.DefaultTransport's. The
-	// context carries the request's values but not its cancellation: a
-	// dial outlives the request that started it and joins the pool.
+	// DialContext dials the TCP connections, to targets and to proxies. Nil
+	// means a net.Dialer with a 30 s timeout and 30 s keep-alive, like
+	// http.DefaultTransport's. The context carries the values of the
+	// request that started the dial (so its httptrace hooks fire) but not
+	// its cancellation: a dial outlives the request that started it and
+	// serves another request, or joins the pool as an idle connection. It is
+	// cancelled by Close. Each dial runs in its own goroutine and holds no
+	// lock. See docs/connecting.md.
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
+
+	// DialTLSContext, if non-nil, dials TLS connections for https targets
+	// that are not proxied (and to https proxies), replacing DialContext and
+	// the TLS handshake: TLSClientConfig and TLSHandshakeTimeout are then
+	// ignored. If it returns a *tls.Conn whose handshake has not completed,
+	// the handshake is run (with the httptrace TLS hooks); its connection
+	// state becomes resp.TLS. A connection on which TLS negotiated a
+	// protocol other than "http/1.1" is refused.
+	DialTLSContext func(ctx context.Context, network, addr string) (net.Conn, error)
+
+	// TLSClientConfig is the TLS configuration for https targets and https
+	// proxies. It is cloned for each connection and never modified; in the
+	// clone, an empty ServerName becomes the host being dialed (without
+	// port), and NextProtos is set to ["http/1.1"]: this Transport speaks
+	// HTTP/1.1 only. Nil means the zero tls.Config.
+	TLSClientConfig *tls.Config
+
+	// TLSHandshakeTimeout, if non-zero, limits the time spent on a TLS
+	// handshake. On expiry the dial fails with a net.Error whose Timeout
+	// method reports true ("pipelined: TLS handshake timeout"). Zero means
+	// no limit other than DialContext's (http.DefaultTransport uses 10 s).
+	TLSHandshakeTimeout time.Duration
+
+	// Proxy, if non-nil, returns the proxy for a request, or a nil URL for
+	// none; it is called for every request. Schemes "http", "https",
+	// "socks5" and "socks5h" are supported; user info in the URL is sent as
+	// Basic Proxy-Authorization to HTTP(S) proxies, and as RFC 1929
+	// username/password to SOCKS5 proxies. An error aborts the request.
+	// http.ProxyFromEnvironment and http.ProxyURL work as they are. Each
+	// (proxy, target) pair has a pool of its own. See docs/connecting.md.
+	Proxy func(*http.Request) (*url.URL, error)
+
+	// OnProxyConnectResponse, if non-nil, is called with the proxy's
+	// response to a CONNECT request, before its status is checked. A
+	// non-nil error fails the dial, and the requests waiting for it.
+	OnProxyConnectResponse func(ctx context.Context, proxyURL *url.URL, connectReq *http.Request, connectRes *http.Response) error
+
+	// ProxyConnectHeader holds the headers sent to proxies in CONNECT
+	// requests. It is ignored if GetProxyConnectHeader is set.
+	ProxyConnectHeader http.Header
+
+	// GetProxyConnectHeader, if non-nil, returns the headers to send to
+	// proxyURL in a CONNECT request to target (host:port). A nil header
+	// with a nil error sends none; an error fails the dial.
+	GetProxyConnectHeader func(ctx context.Context, proxyURL *url.URL, target string) (http.Header, error)
 }
 
 // Transport is an [http.RoundTripper] that pipelines HTTP/1.1 requests over

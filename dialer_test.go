@@ -1,0 +1,642 @@
+package pipelined
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httptrace"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// hangTimeout only keeps a broken test from hanging; no test depends on it.
+const hangTimeout = 20 * time.Second
+
+// eventually polls cond until it holds, failing the test after hangTimeout.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(hangTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// gatedDialer dials TCP like net.Dialer, counting dials per address. Dials
+// to an address in gated, after the first free ones, block until the
+// address's gate is opened (or the dial's context ends).
+type gatedDialer struct {
+	mu    sync.Mutex
+	n     map[string]int
+	free  map[string]int           // dials let through before gating
+	gates map[string]chan struct{} // closed to let gated dials through
+	d     net.Dialer
+}
+
+func newGatedDialer() *gatedDialer {
+	return &gatedDialer{n: map[string]int{}, free: map[string]int{}, gates: map[string]chan struct{}{}}
+}
+
+// gate makes dials to addr after the first free ones wait for open(addr).
+func (g *gatedDialer) gate(addr string, free int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.free[addr] = free
+	g.gates[addr] = make(chan struct{})
+}
+
+func (g *gatedDialer) open(addr string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	close(g.gates[addr])
+}
+
+func (g *gatedDialer) count(addr string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.n[addr]
+}
+
+func (g *gatedDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	g.mu.Lock()
+	g.n[addr]++
+	gate := g.gates[addr]
+	if gate != nil && g.n[addr] <= g.free[addr] {
+		gate = nil
+	}
+	g.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return g.d.DialContext(ctx, network, addr)
+}
+
+func hostPort(t *testing.T, rawURL string) string {
+	t.Helper()
+	return strings.TrimPrefix(strings.TrimPrefix(rawURL, "http://"), "https://")
+}
+
+func mustGet(t *testing.T, tr http.RoundTripper, url string) string {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: reading body: %v", url, err)
+	}
+	return string(b)
+}
+
+// A slow dial to one host delays nothing else: another host keeps being
+// served, the pool's lock stays free (Stats answers), and a request waiting
+// on the slow dial takes the host's existing connection when it frees up
+// (the dial race). The dial, once through, joins the pool as idle.
+func TestSlowDialDelaysNothingElse(t *testing.T) {
+	unblock := make(chan struct{})
+	seen := make(chan string, 10)
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.URL.Path
+		if r.URL.Path == "/hold" {
+			<-unblock
+		}
+		io.WriteString(w, r.URL.Path)
+	}))
+	defer slow.Close()
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "other")
+	}))
+	defer other.Close()
+
+	slowAddr := hostPort(t, slow.URL)
+	g := newGatedDialer()
+	g.gate(slowAddr, 1) // the first dial to slow is free, later ones hang
+	tr := NewTransport(TransportOptions{DialContext: g.DialContext})
+	defer tr.Close()
+
+	if got := mustGet(t, tr, slow.URL+"/first"); got != "/first" {
+		t.Fatalf("GET /first = %q, want %q", got, "/first")
+	}
+	<-seen
+
+	// Occupy the only connection.
+	held := make(chan string, 1)
+	go func() { held <- mustGet(t, tr, slow.URL+"/hold") }()
+	<-seen
+
+	// This request finds the connection busy and starts a dial that hangs.
+	waiting := make(chan string, 1)
+	go func() { waiting <- mustGet(t, tr, slow.URL+"/waiting") }()
+	key := "http://" + slowAddr
+	eventually(t, "a dial and a queued request", func() bool {
+		s := tr.Stats()[key]
+		return s.Dialing == 1 && s.Queued == 1
+	})
+
+	// Another host is served meanwhile.
+	for i := 0; i < 3; i++ {
+		if got := mustGet(t, tr, other.URL); got != "other" {
+			t.Fatalf("GET other = %q, want %q", got, "other")
+		}
+	}
+
+	// The existing connection frees up first: the waiting request takes it.
+	close(unblock)
+	if got := <-held; got != "/hold" {
+		t.Fatalf("GET /hold = %q, want %q", got, "/hold")
+	}
+	if got := <-waiting; got != "/waiting" {
+		t.Fatalf("GET /waiting = %q, want %q", got, "/waiting")
+	}
+	if s := tr.Stats()[key]; s.Dialing != 1 || s.Open != 1 {
+		t.Fatalf("after the race: Stats = %+v, want Dialing 1, Open 1", s)
+	}
+
+	// The unneeded dial completes and joins the pool.
+	g.open(slowAddr)
+	eventually(t, "the dial to join the pool", func() bool {
+		s := tr.Stats()[key]
+		return s.Dialing == 0 && s.Open == 2 && s.Idle == 2
+	})
+	if n := g.count(slowAddr); n != 2 {
+		t.Fatalf("dials to slow = %d, want 2", n)
+	}
+}
+
+// Cancelling the request that started a dial does not waste the dial: a
+// request waiting for it gets it, and with nobody waiting it joins the pool
+// as an idle connection.
+func TestCancelledDialIsNotWasted(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		others int // requests queued behind the cancelled one
+	}{
+		{"nobody waits", 0},
+		{"others wait", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.WriteString(w, "ok")
+			}))
+			defer srv.Close()
+			addr := hostPort(t, srv.URL)
+			g := newGatedDialer()
+			g.gate(addr, 0)
+			tr := NewTransport(TransportOptions{DialContext: g.DialContext, MaxConnsPerHost: 1})
+			defer tr.Close()
+			key := "http://" + addr
+
+			ctx, cancel := context.WithCancel(context.Background())
+			req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
+			first := make(chan error, 1)
+			go func() {
+				_, err := tr.RoundTrip(req)
+				first <- err
+			}()
+			eventually(t, "the first dial", func() bool { return g.count(addr) == 1 })
+
+			results := make(chan string, tc.others)
+			for i := 0; i < tc.others; i++ {
+				go func() { results <- mustGet(t, tr, srv.URL) }()
+			}
+			eventually(t, "the queue", func() bool { return tr.Stats()[key].Queued == 1+tc.others })
+
+			cancel()
+			if err := <-first; !errors.Is(err, context.Canceled) {
+				t.Fatalf("cancelled RoundTrip = %v, want context.Canceled", err)
+			}
+			g.open(addr)
+			for i := 0; i < tc.others; i++ {
+				if got := <-results; got != "ok" {
+					t.Fatalf("GET = %q, want %q", got, "ok")
+				}
+			}
+			eventually(t, "an idle connection", func() bool {
+				s := tr.Stats()[key]
+				return s.Open == 1 && s.Idle == 1 && s.Dialing == 0
+			})
+			// The pooled connection serves the next request: no new dial.
+			mustGet(t, tr, srv.URL)
+			if n := g.count(addr); n != 1 {
+				t.Fatalf("dials = %d, want 1", n)
+			}
+		})
+	}
+}
+
+// Dialing connections count toward MaxConnsPerHost.
+func TestDialingCountsTowardMaxConnsPerHost(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	addr := hostPort(t, srv.URL)
+	g := newGatedDialer()
+	g.gate(addr, 0)
+	const maxConns, requests = 2, 6
+	tr := NewTransport(TransportOptions{DialContext: g.DialContext, MaxConnsPerHost: maxConns})
+	defer tr.Close()
+	key := "http://" + addr
+
+	results := make(chan string, requests)
+	for i := 0; i < requests; i++ {
+		go func() { results <- mustGet(t, tr, srv.URL) }()
+	}
+	eventually(t, "all requests queued", func() bool { return tr.Stats()[key].Queued == requests })
+	if s := tr.Stats()[key]; s.Dialing != maxConns {
+		t.Fatalf("Stats = %+v, want Dialing %d", s, maxConns)
+	}
+	if n := g.count(addr); n != maxConns {
+		t.Fatalf("dials = %d, want %d", n, maxConns)
+	}
+	g.open(addr)
+	for i := 0; i < requests; i++ {
+		if got := <-results; got != "ok" {
+			t.Fatalf("GET = %q, want %q", got, "ok")
+		}
+	}
+	if n := g.count(addr); n != maxConns {
+		t.Fatalf("dials after serving = %d, want %d", n, maxConns)
+	}
+}
+
+// A failed dial fails the request waiting on it with the dial's error,
+// frees its slot, and is not retried in a loop: every request costs at most
+// one dial.
+func TestDialErrorFailsWaiterWithoutLoop(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // dials to addr are refused
+
+	for _, tc := range []struct {
+		name       string
+		maxConns   int
+		concurrent bool
+	}{
+		{"sequential", 1, false},
+		{"concurrent, one slot", 1, true},
+		{"concurrent, many slots", 8, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var dials atomic.Int32
+			var d net.Dialer
+			tr := NewTransport(TransportOptions{
+				MaxConnsPerHost: tc.maxConns,
+				DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+					dials.Add(1)
+					return d.DialContext(ctx, network, addr)
+				},
+			})
+			defer tr.Close()
+			const requests = 5
+			errs := make(chan error, requests)
+			do := func() {
+				req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
+				resp, err := tr.RoundTrip(req)
+				if resp != nil {
+					resp.Body.Close()
+				}
+				errs <- err
+			}
+			for i := 0; i < requests; i++ {
+				if tc.concurrent {
+					go do()
+				} else {
+					do()
+				}
+			}
+			for i := 0; i < requests; i++ {
+				err := <-errs
+				var oe *net.OpError
+				if !errors.As(err, &oe) || oe.Op != "dial" {
+					t.Fatalf("RoundTrip error = %v (%T), want a *net.OpError from dial", err, err)
+				}
+			}
+			s := tr.Stats()["http://"+addr]
+			if s.Dialing != 0 || s.Queued != 0 || s.Open != 0 {
+				t.Fatalf("Stats = %+v, want an empty pool", s)
+			}
+			if n := dials.Load(); n < 1 || n > requests {
+				t.Fatalf("dials = %d, want 1..%d", n, requests)
+			}
+			if !tc.concurrent && dials.Load() != requests {
+				t.Fatalf("dials = %d, want %d", dials.Load(), requests)
+			}
+		})
+	}
+}
+
+func TestDialReturnsNilNil(t *testing.T) {
+	tr := NewTransport(TransportOptions{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) { return nil, nil },
+	})
+	defer tr.Close()
+	req, _ := http.NewRequest("GET", "http://127.0.0.1:1/", nil)
+	_, err := tr.RoundTrip(req)
+	if err == nil || !strings.Contains(err.Error(), "(nil, nil)") {
+		t.Fatalf("RoundTrip error = %v, want one about (nil, nil)", err)
+	}
+}
+
+// tlsRoots returns a config trusting srv's certificate.
+func tlsRoots(srv *httptest.Server) *tls.Config {
+	pool := x509.NewCertPool()
+	pool.AddCert(srv.Certificate())
+	return &tls.Config{RootCAs: pool}
+}
+
+// redirectDialer dials to before dialing everything else in to, so that
+// URLs may name hosts (such as example.com, which httptest's certificate
+// covers) that resolve nowhere.
+func redirectDialer(to string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return d.DialContext(ctx, network, to)
+	}
+}
+
+type tlsTrace struct {
+	mu     sync.Mutex
+	starts int
+	dones  []error
+	states []tls.ConnectionState
+}
+
+func (tt *tlsTrace) ctx() context.Context {
+	return httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+		TLSHandshakeStart: func() {
+			tt.mu.Lock()
+			tt.starts++
+			tt.mu.Unlock()
+		},
+		TLSHandshakeDone: func(st tls.ConnectionState, err error) {
+			tt.mu.Lock()
+			tt.dones = append(tt.dones, err)
+			tt.states = append(tt.states, st)
+			tt.mu.Unlock()
+		},
+	})
+}
+
+func TestTLS(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, r.Host)
+	}))
+	defer srv.Close()
+	addr := hostPort(t, srv.URL)
+
+	cfg := tlsRoots(srv)
+	tr := NewTransport(TransportOptions{TLSClientConfig: cfg, DialContext: redirectDialer(addr)})
+	defer tr.Close()
+
+	for _, host := range []string{"example.com", "127.0.0.1"} {
+		t.Run(host, func(t *testing.T) {
+			var tt tlsTrace
+			req, _ := http.NewRequestWithContext(tt.ctx(), "GET", "https://"+host+"/", nil)
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatalf("RoundTrip: %v", err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if string(b) != host {
+				t.Errorf("body = %q, want %q", b, host)
+			}
+			if resp.TLS == nil || !resp.TLS.HandshakeComplete {
+				t.Fatalf("resp.TLS = %+v, want a completed handshake", resp.TLS)
+			}
+			// Verification succeeded against the host's name; SNI carries
+			// names, not IP addresses (RFC 6066 §3).
+			if want := host; net.ParseIP(host) == nil && resp.TLS.ServerName != want {
+				t.Errorf("resp.TLS.ServerName = %q, want %q (defaulted from the host)", resp.TLS.ServerName, want)
+			}
+			if p := resp.TLS.NegotiatedProtocol; p != "http/1.1" {
+				t.Errorf("NegotiatedProtocol = %q, want %q", p, "http/1.1")
+			}
+			tt.mu.Lock()
+			defer tt.mu.Unlock()
+			if tt.starts != 1 || len(tt.dones) != 1 || tt.dones[0] != nil || !tt.states[0].HandshakeComplete {
+				t.Errorf("trace: %d starts, dones %v, want 1 start and 1 successful done", tt.starts, tt.dones)
+			}
+		})
+	}
+	if cfg.ServerName != "" || cfg.NextProtos != nil {
+		t.Errorf("TLSClientConfig modified: ServerName %q, NextProtos %q", cfg.ServerName, cfg.NextProtos)
+	}
+}
+
+func TestTLSVerificationError(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer srv.Close()
+	tr := NewTransport(TransportOptions{}) // system roots: the test certificate is untrusted
+	defer tr.Close()
+	req, _ := http.NewRequest("GET", srv.URL, nil)
+	_, err := tr.RoundTrip(req)
+	var ve *tls.CertificateVerificationError
+	if !errors.As(err, &ve) {
+		t.Fatalf("RoundTrip error = %v (%T), want a *tls.CertificateVerificationError", err, err)
+	}
+}
+
+// DialTLSContext replaces DialContext and the handshake; a *tls.Conn it
+// returns without a handshake is handshaken, with the trace hooks.
+func TestDialTLSContext(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	addr := hostPort(t, srv.URL)
+
+	for _, tc := range []struct {
+		name      string
+		handshake bool // the hook handshakes itself
+		starts    int  // TLSHandshakeStart calls wanted
+	}{
+		{"not handshaken", false, 1},
+		{"handshaken", true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var dials atomic.Int32
+			tr := NewTransport(TransportOptions{
+				// Ignored with DialTLSContext: it would fail verification.
+				TLSClientConfig: &tls.Config{ServerName: "wrong.invalid"},
+				DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+					return nil, errors.New("DialContext must not be called")
+				},
+				DialTLSContext: func(ctx context.Context, network, a string) (net.Conn, error) {
+					dials.Add(1)
+					if a != addr {
+						t.Errorf("DialTLSContext addr = %q, want %q", a, addr)
+					}
+					var d net.Dialer
+					c, err := d.DialContext(ctx, network, a)
+					if err != nil {
+						return nil, err
+					}
+					cfg := tlsRoots(srv)
+					cfg.ServerName = "example.com"
+					tc2 := tls.Client(c, cfg)
+					if tc.handshake {
+						if err := tc2.HandshakeContext(ctx); err != nil {
+							c.Close()
+							return nil, err
+						}
+					}
+					return tc2, nil
+				},
+			})
+			defer tr.Close()
+			var tt tlsTrace
+			req, _ := http.NewRequestWithContext(tt.ctx(), "GET", srv.URL, nil)
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatalf("RoundTrip: %v", err)
+			}
+			resp.Body.Close()
+			if resp.TLS == nil || resp.TLS.ServerName != "example.com" {
+				t.Fatalf("resp.TLS = %+v, want the hook's connection state", resp.TLS)
+			}
+			if dials.Load() != 1 {
+				t.Errorf("DialTLSContext calls = %d, want 1", dials.Load())
+			}
+			tt.mu.Lock()
+			defer tt.mu.Unlock()
+			if tt.starts != tc.starts || len(tt.dones) != tc.starts {
+				t.Errorf("trace: %d starts, %d dones, want %d", tt.starts, len(tt.dones), tc.starts)
+			}
+		})
+	}
+}
+
+// silentListener accepts connections and never writes to them.
+func silentListener(t *testing.T) (addr string, stop func()) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			go io.Copy(io.Discard, c)
+		}
+	}()
+	return ln.Addr().String(), func() {
+		ln.Close()
+		<-done
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	}
+}
+
+func TestTLSHandshakeTimeout(t *testing.T) {
+	addr, stop := silentListener(t)
+	defer stop()
+	tr := NewTransport(TransportOptions{TLSHandshakeTimeout: 50 * time.Millisecond})
+	defer tr.Close()
+	var tt tlsTrace
+	req, _ := http.NewRequestWithContext(tt.ctx(), "GET", "https://"+addr+"/", nil)
+	_, err := tr.RoundTrip(req)
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("RoundTrip error = %v (%T), want a net.Error with Timeout()", err, err)
+	}
+	if want := "pipelined: TLS handshake timeout"; err.Error() != want {
+		t.Errorf("error = %q, want %q", err, want)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("errors.Is(%v, context.DeadlineExceeded) = false, want true", err)
+	}
+	tt.mu.Lock()
+	if len(tt.dones) != 1 || tt.dones[0] != errTLSHandshakeTimeout {
+		t.Errorf("TLSHandshakeDone errors = %v, want [%v]", tt.dones, errTLSHandshakeTimeout)
+	}
+	tt.mu.Unlock()
+	if s := tr.Stats()["https://"+addr]; s.Dialing != 0 || s.Open != 0 {
+		t.Errorf("Stats = %+v, want an empty pool", s)
+	}
+}
+
+// DisableKeepAlives: one request per connection, each with Connection:
+// close, each connection dialed on its own.
+func TestDisableKeepAlives(t *testing.T) {
+	var conns atomic.Int32
+	var closeHeaders atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Close && r.Header.Get("Connection") == "close" {
+			closeHeaders.Add(1)
+		}
+		io.WriteString(w, "ok")
+	}))
+	srv.Config.ConnState = func(c net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	addr := hostPort(t, srv.URL)
+	g := newGatedDialer()
+	tr := NewTransport(TransportOptions{DisableKeepAlives: true, DialContext: g.DialContext, MaxConnsPerHost: 3})
+	defer tr.Close()
+
+	const sequential, concurrent = 3, 6
+	for i := 0; i < sequential; i++ {
+		mustGet(t, tr, srv.URL)
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < concurrent; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mustGet(t, tr, srv.URL)
+		}()
+	}
+	wg.Wait()
+	const total = sequential + concurrent
+	if n := g.count(addr); n != total {
+		t.Errorf("dials = %d, want %d", n, total)
+	}
+	if n := conns.Load(); n != total {
+		t.Errorf("server connections = %d, want %d", n, total)
+	}
+	if n := closeHeaders.Load(); n != total {
+		t.Errorf("requests with Connection: close = %d, want %d", n, total)
+	}
+	eventually(t, "no connection left", func() bool {
+		s := tr.Stats()["http://"+addr]
+		return s.Open == 0 && s.Dialing == 0
+	})
+}
