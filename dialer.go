@@ -33,12 +33,17 @@ type poolKey struct {
 }
 
 // String returns the pool's name as Stats reports it: "scheme://host:port",
-// followed by " via scheme://proxyhost:port" for proxied pools. It never
-// contains proxy credentials.
+// followed by " via scheme://proxyhost:port" for proxied pools, or " via
+// scheme://user@proxyhost:port" if the proxy URL has a user name. It never
+// contains a password.
 func (k poolKey) String() string {
 	s := k.scheme + "://" + k.addr
 	if k.proxyScheme != "" {
-		s += " via " + k.proxyScheme + "://" + k.proxyAddr
+		s += " via " + k.proxyScheme + "://"
+		if k.proxyUser != "" {
+			s += k.proxyURL().User.Username() + "@"
+		}
+		s += k.proxyAddr
 	}
 	return s
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -361,7 +362,9 @@ func TestDialReturnsNilNil(t *testing.T) {
 // tlsRoots returns a config trusting srv's certificate.
 func tlsRoots(srv *httptest.Server) *tls.Config {
 	pool := x509.NewCertPool()
-	pool.AddCert(srv.Certificate())
+	if c := srv.Certificate(); c != nil {
+		pool.AddCert(c)
+	}
 	return &tls.Config{RootCAs: pool}
 }
 
@@ -446,7 +449,9 @@ func TestTLS(t *testing.T) {
 }
 
 func TestTLSVerificationError(t *testing.T) {
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the failed handshake
+	srv.StartTLS()
 	defer srv.Close()
 	tr := NewTransport(TransportOptions{}) // system roots: the test certificate is untrusted
 	defer tr.Close()
