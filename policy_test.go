@@ -5,12 +5,20 @@ import (
 	"time"
 )
 
-// conns builds connections with the given scheduling state for policy tests.
-func testConns(states ...pconn) []*pconn {
+// connState is the scheduling state of a connection in policy tests.
+type connState struct {
+	inflight                            int
+	closing, exclusive, large, reserved bool
+	headTick                            uint64
+	idleSince                           time.Time
+}
+
+// testConns builds connections with the given scheduling states.
+func testConns(states ...connState) []*pconn {
 	cs := make([]*pconn, len(states))
-	for i := range states {
-		c := states[i]
-		cs[i] = &c
+	for i, s := range states {
+		cs[i] = &pconn{inflight: s.inflight, closing: s.closing, exclusive: s.exclusive,
+			large: s.large, reserved: s.reserved, headTick: s.headTick, idleSince: s.idleSince}
 	}
 	return cs
 }
@@ -23,10 +31,10 @@ func TestLeastWaitIdle(t *testing.T) {
 		want  int // index, or -1 for nil
 	}{
 		{"none", nil, -1},
-		{"all busy", testConns(pconn{inflight: 1}, pconn{inflight: 2}), -1},
-		{"one idle", testConns(pconn{inflight: 1}, pconn{inflight: 0}), 1},
-		{"closing idle skipped", testConns(pconn{closing: true}, pconn{inflight: 3}), -1},
-		{"most recently used", testConns(pconn{idleSince: now.Add(-time.Second)}, pconn{idleSince: now}, pconn{idleSince: now.Add(-time.Minute)}), 1},
+		{"all busy", testConns(connState{inflight: 1}, connState{inflight: 2}), -1},
+		{"one idle", testConns(connState{inflight: 1}, connState{inflight: 0}), 1},
+		{"closing idle skipped", testConns(connState{closing: true}, connState{inflight: 3}), -1},
+		{"most recently used", testConns(connState{idleSince: now.Add(-time.Second)}, connState{idleSince: now}, connState{idleSince: now.Add(-time.Minute)}), 1},
 	}
 	for _, tt := range tests {
 		var lw leastWait
@@ -44,15 +52,15 @@ func TestLeastWaitPipeline(t *testing.T) {
 		depth int
 		want  int
 	}{
-		{"fewest in flight", testConns(pconn{inflight: 3}, pconn{inflight: 1}, pconn{inflight: 2}), 4, 1},
-		{"at depth", testConns(pconn{inflight: 4}, pconn{inflight: 4}), 4, -1},
-		{"depth one", testConns(pconn{inflight: 1}), 1, -1},
-		{"closing", testConns(pconn{inflight: 1, closing: true}, pconn{inflight: 3}), 4, 1},
-		{"exclusive", testConns(pconn{inflight: 1, exclusive: true}, pconn{inflight: 3}), 4, 1},
-		{"large head", testConns(pconn{inflight: 1, large: true}, pconn{inflight: 3}), 4, 1},
-		{"reserved", testConns(pconn{inflight: 1, reserved: true}, pconn{inflight: 2}), 4, 1},
-		{"nothing eligible", testConns(pconn{inflight: 1, large: true}, pconn{inflight: 1, exclusive: true}), 4, -1},
-		{"tie: younger head", testConns(pconn{inflight: 2, headTick: 5}, pconn{inflight: 2, headTick: 9}, pconn{inflight: 2, headTick: 7}), 4, 1},
+		{"fewest in flight", testConns(connState{inflight: 3}, connState{inflight: 1}, connState{inflight: 2}), 4, 1},
+		{"at depth", testConns(connState{inflight: 4}, connState{inflight: 4}), 4, -1},
+		{"depth one", testConns(connState{inflight: 1}), 1, -1},
+		{"closing", testConns(connState{inflight: 1, closing: true}, connState{inflight: 3}), 4, 1},
+		{"exclusive", testConns(connState{inflight: 1, exclusive: true}, connState{inflight: 3}), 4, 1},
+		{"large head", testConns(connState{inflight: 1, large: true}, connState{inflight: 3}), 4, 1},
+		{"reserved", testConns(connState{inflight: 1, reserved: true}, connState{inflight: 2}), 4, 1},
+		{"nothing eligible", testConns(connState{inflight: 1, large: true}, connState{inflight: 1, exclusive: true}), 4, -1},
+		{"tie: younger head", testConns(connState{inflight: 2, headTick: 5}, connState{inflight: 2, headTick: 9}, connState{inflight: 2, headTick: 7}), 4, 1},
 	}
 	for _, tt := range tests {
 		var lw leastWait
@@ -66,7 +74,7 @@ func TestLeastWaitPipeline(t *testing.T) {
 // TestLeastWaitPipelineTiesRotate: exact ties are shared round robin, not
 // always given to the first connection.
 func TestLeastWaitPipelineTiesRotate(t *testing.T) {
-	conns := testConns(pconn{inflight: 1}, pconn{inflight: 1}, pconn{inflight: 1})
+	conns := testConns(connState{inflight: 1}, connState{inflight: 1}, connState{inflight: 1})
 	var lw leastWait
 	seen := make(map[int]int)
 	for range 30 {
@@ -80,7 +88,7 @@ func TestLeastWaitPipelineTiesRotate(t *testing.T) {
 }
 
 func TestLeastWaitDrainCandidate(t *testing.T) {
-	conns := testConns(pconn{inflight: 3}, pconn{inflight: 1, reserved: true}, pconn{inflight: 2}, pconn{inflight: 1, closing: true})
+	conns := testConns(connState{inflight: 3}, connState{inflight: 1, reserved: true}, connState{inflight: 2}, connState{inflight: 1, closing: true})
 	var lw leastWait
 	if got := indexOf(conns, lw.drainCandidate(conns)); got != 2 {
 		t.Errorf("drainCandidate() = conn %d, want conn 2", got)
@@ -126,7 +134,7 @@ func BenchmarkLeastWaitIdle(b *testing.B) {
 }
 
 func TestPolicyAllocatesNothing(t *testing.T) {
-	conns := testConns(pconn{inflight: 1}, pconn{inflight: 2}, pconn{})
+	conns := testConns(connState{inflight: 1}, connState{inflight: 2}, connState{})
 	var lw leastWait
 	if n := testing.AllocsPerRun(100, func() {
 		lw.idle(conns)

@@ -1,0 +1,102 @@
+package pipelined
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+)
+
+// benchServer is a minimal pipelining server for client benchmarks: it
+// answers each request with a fixed 128-byte body, writing responses in
+// batches as requests arrive.
+func benchServer(b *testing.B) string {
+	b.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ln.Close() })
+	resp := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 128\r\n\r\n" + string(make([]byte, 128)))
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReaderSize(c, 64<<10)
+				bw := bufio.NewWriterSize(c, 64<<10)
+				for {
+					// Skip one request head (no bodies in these benchmarks).
+					for {
+						line, err := br.ReadSlice('\n')
+						if err != nil {
+							return
+						}
+						if len(line) <= 2 {
+							break
+						}
+					}
+					bw.Write(resp)
+					if br.Buffered() == 0 {
+						if bw.Flush() != nil {
+							return
+						}
+					}
+				}
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String() + "/"
+}
+
+// BenchmarkClientGet measures GETs through http.Client with 50 parallel
+// callers, 5 connections and depth 10 (the project's saturation cell).
+func BenchmarkClientGet(b *testing.B) {
+	url := benchServer(b)
+	tr := NewTransport(TransportOptions{MaxConnsPerHost: 5, PipelineDepth: 10})
+	defer tr.Close()
+	client := &http.Client{Transport: tr}
+	b.ReportAllocs()
+	b.SetParallelism(25) // 25 × GOMAXPROCS(2) = 50 callers
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		req, _ := http.NewRequest("GET", url, nil)
+		for pb.Next() {
+			resp, err := client.Do(req)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	})
+}
+
+// BenchmarkNetHTTPClientGet is the same through net/http's Transport, for
+// comparison in the same run.
+func BenchmarkNetHTTPClientGet(b *testing.B) {
+	url := benchServer(b)
+	tr := &http.Transport{MaxConnsPerHost: 5, MaxIdleConnsPerHost: 5}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	b.ReportAllocs()
+	b.SetParallelism(25)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		req, _ := http.NewRequest("GET", url, nil)
+		for pb.Next() {
+			resp, err := client.Do(req)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	})
+}

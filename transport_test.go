@@ -1,0 +1,1022 @@
+package pipelined
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// testTimeout bounds every wait in these tests; it only guards against
+// hangs and is never a performance assertion.
+const testTimeout = 20 * time.Second
+
+// rawServer is a raw HTTP/1.1 server on 127.0.0.1 whose connections are
+// handled by a test-supplied function, for misbehaviour httptest cannot
+// produce.
+type rawServer struct {
+	ln    net.Listener
+	addr  string
+	conns atomic.Int32
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	open  []net.Conn
+}
+
+func newRawServer(t *testing.T, handle func(c net.Conn, br *bufio.Reader)) *rawServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &rawServer{ln: ln, addr: ln.Addr().String()}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s.conns.Add(1)
+			s.mu.Lock()
+			s.open = append(s.open, c)
+			s.mu.Unlock()
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				defer c.Close()
+				handle(c, bufio.NewReader(c))
+			}()
+		}
+	}()
+	t.Cleanup(s.close)
+	return s
+}
+
+func (s *rawServer) url(path string) string { return "http://" + s.addr + path }
+
+func (s *rawServer) close() {
+	s.ln.Close()
+	s.mu.Lock()
+	for _, c := range s.open {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+// serveEcho answers each request with its path as the body, in order.
+func serveEcho(c net.Conn, br *bufio.Reader) {
+	for {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		io.Copy(io.Discard, req.Body)
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
+	}
+}
+
+// verifyNoLeaks fails the test if goroutines started during it are still
+// running after cleanup (the Transport must have been closed).
+func verifyNoLeaks(t *testing.T) {
+	t.Helper()
+	before := runtime.NumGoroutine()
+	t.Cleanup(func() {
+		deadline := time.Now().Add(testTimeout)
+		for {
+			n := runtime.NumGoroutine()
+			if n <= before {
+				return
+			}
+			if time.Now().After(deadline) {
+				buf := make([]byte, 1<<20)
+				buf = buf[:runtime.Stack(buf, true)]
+				t.Errorf("goroutines: %d, want <= %d\n%s", n, before, buf)
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+}
+
+func newTestTransport(t *testing.T, opts TransportOptions) *Transport {
+	t.Helper()
+	tr := NewTransport(opts)
+	t.Cleanup(func() { tr.Close() })
+	return tr
+}
+
+func get(t *testing.T, tr http.RoundTripper, url string) (*http.Response, error) {
+	t.Helper()
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.RoundTrip(req)
+}
+
+func readBody(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatalf("reading body: %v", err)
+	}
+	return string(b)
+}
+
+func TestPipelinesOnOneConnection(t *testing.T) {
+	verifyNoLeaks(t)
+	const depth = 4
+	// The server reads all depth requests before answering any: only a
+	// pipelining client gets answers.
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		var paths []string
+		for len(paths) < depth {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			paths = append(paths, req.URL.Path)
+		}
+		for _, p := range paths {
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(p), p)
+		}
+		serveEcho(c, br)
+	})
+	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: depth})
+	var wg sync.WaitGroup
+	for i := range depth {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			path := fmt.Sprintf("/%d", i)
+			resp, err := get(t, tr, srv.url(path))
+			if err != nil {
+				t.Errorf("GET %s: %v", path, err)
+				return
+			}
+			if got := readBody(t, resp); got != path {
+				t.Errorf("GET %s: body = %q, want %q", path, got, path)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := srv.conns.Load(); n != 1 {
+		t.Errorf("connections = %d, want 1", n)
+	}
+}
+
+// TestFramingInPipeline sends pipelined requests whose responses use every
+// framing of RFC 9112 §6.3 and checks each caller gets its own response.
+func TestFramingInPipeline(t *testing.T) {
+	tests := []struct {
+		name     string
+		method   string
+		response string // for the first request; the second gets an echo
+		wantBody string
+		wantCL   int64
+		wantTE   []string
+	}{
+		{"content-length", "GET", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", "hello", 5, nil},
+		{"chunked", "GET", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nhel\r\n2;ext=1\r\nlo\r\n0\r\n\r\n", "hello", -1, []string{"chunked"}},
+		{"head-with-length", "HEAD", "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n", "", 1000, nil},
+		{"head-chunked", "HEAD", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", "", -1, []string{"chunked"}},
+		{"204-with-length", "GET", "HTTP/1.1 204 No Content\r\nContent-Length: 7\r\n\r\n", "", 0, nil},
+		{"304", "GET", "HTTP/1.1 304 Not Modified\r\nContent-Length: 7\r\n\r\n", "", 0, nil},
+		{"100-then-200", "GET", "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", "ok", 2, nil},
+		{"duplicate-equal-length", "GET", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nok", "ok", 2, nil},
+		{"length-list", "GET", "HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\n\r\nok", "ok", 2, nil},
+		{"large-length", "GET", "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + strings.Repeat("x", 100000), strings.Repeat("x", 100000), 100000, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			verifyNoLeaks(t)
+			srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+				// Read both requests first so that they are pipelined.
+				if _, err := http.ReadRequest(br); err != nil {
+					return
+				}
+				second, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				io.WriteString(c, tt.response)
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(second.URL.Path), second.URL.Path)
+				serveEcho(c, br)
+			})
+			tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 2})
+			first := make(chan struct{})
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-first
+				resp, err := get(t, tr, srv.url("/second"))
+				if err != nil {
+					t.Errorf("second request: %v", err)
+					return
+				}
+				if got := readBody(t, resp); got != "/second" {
+					t.Errorf("second request body = %q, want %q", got, "/second")
+				}
+			}()
+			req, _ := http.NewRequest(tt.method, srv.url("/first"), nil)
+			go func() {
+				// Let the first request be assigned before the second.
+				waitFor(t, func() bool { return tr.Stats()["http://"+srv.addr].InFlight == 1 })
+				close(first)
+			}()
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatalf("RoundTrip: %v", err)
+			}
+			if got := readBody(t, resp); got != tt.wantBody {
+				t.Errorf("body = %.40q, want %.40q", got, tt.wantBody)
+			}
+			if resp.ContentLength != tt.wantCL {
+				t.Errorf("ContentLength = %d, want %d", resp.ContentLength, tt.wantCL)
+			}
+			if fmt.Sprint(resp.TransferEncoding) != fmt.Sprint(tt.wantTE) {
+				t.Errorf("TransferEncoding = %v, want %v", resp.TransferEncoding, tt.wantTE)
+			}
+			wg.Wait()
+		})
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Errorf("condition not met within %v", testTimeout)
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestPoisonedResponses checks that a malformed response fails its request,
+// closes the connection, and never shifts the queue: the request behind it
+// gets its own response on a new connection.
+func TestPoisonedResponses(t *testing.T) {
+	tests := []struct {
+		name     string
+		response string
+	}{
+		{"te-and-cl", "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"},
+		{"differing-cl", "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd"},
+		{"negative-cl", "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n"},
+		{"malformed-cl", "HTTP/1.1 200 OK\r\nContent-Length: 1x\r\n\r\n"},
+		{"bad-chunk", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n"},
+		{"bad-status-line", "HTTP/1.1 OK\r\n\r\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			verifyNoLeaks(t)
+			srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				if req.URL.Path == "/bad" {
+					io.WriteString(c, tt.response)
+					// Also answer what comes behind, as a desynced server
+					// would: it must never reach the caller.
+					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nwrong")
+					io.Copy(io.Discard, br)
+					return
+				}
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
+				serveEcho(c, br)
+			})
+			tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 4})
+			resp, err := get(t, tr, srv.url("/bad"))
+			if err == nil {
+				body := readBody(t, resp)
+				if body != "" && body != "abc" {
+					t.Errorf("GET /bad: body = %q, want an error", body)
+				}
+			} else if !errors.Is(err, ErrFraming) {
+				t.Errorf("GET /bad: err = %v, want ErrFraming", err)
+			}
+			resp, err = get(t, tr, srv.url("/next"))
+			if err != nil {
+				t.Fatalf("GET /next: %v", err)
+			}
+			if got := readBody(t, resp); got != "/next" {
+				t.Errorf("GET /next: body = %q, want %q", got, "/next")
+			}
+		})
+	}
+}
+
+func TestUnsolicitedResponseClosesConnection(t *testing.T) {
+	verifyNoLeaks(t)
+	var accepted atomic.Int32
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		if accepted.Add(1) > 1 {
+			serveEcho(c, br)
+			return
+		}
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
+		// An extra response nobody asked for.
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nhijack")
+		io.Copy(io.Discard, br)
+	})
+	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1})
+	resp, err := get(t, tr, srv.url("/one"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readBody(t, resp); got != "/one" {
+		t.Fatalf("first body = %q, want /one", got)
+	}
+	waitFor(t, func() bool { return tr.Stats()["http://"+srv.addr].Open == 0 })
+	resp, err = get(t, tr, srv.url("/two"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readBody(t, resp); got != "/two" {
+		t.Errorf("second body = %q, want /two", got)
+	}
+	if n := srv.conns.Load(); n != 2 {
+		t.Errorf("connections = %d, want 2", n)
+	}
+}
+
+// TestConnectionCloseMidPipeline: a server that answers "Connection: close"
+// after every second request (like nginx's keepalive_requests) loses no
+// request.
+func TestConnectionCloseMidPipeline(t *testing.T) {
+	verifyNoLeaks(t)
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		for i := 1; ; i++ {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			hdr := ""
+			if i == 2 {
+				hdr = "Connection: close\r\n"
+			}
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\n%sContent-Length: %d\r\n\r\n%s", hdr, len(req.URL.Path), req.URL.Path)
+			if i == 2 {
+				return
+			}
+		}
+	})
+	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 2, PipelineDepth: 8})
+	var wg sync.WaitGroup
+	for i := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			path := fmt.Sprintf("/%d", i)
+			resp, err := get(t, tr, srv.url(path))
+			if err != nil {
+				t.Errorf("GET %s: %v", path, err)
+				return
+			}
+			if got := readBody(t, resp); got != path {
+				t.Errorf("GET %s: body = %q", path, got)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// TestNonIdempotentNotPipelined checks that nothing is written behind a POST
+// until its response headers arrive, and that a POST is only written on a
+// connection with nothing in flight.
+func TestNonIdempotentNotPipelined(t *testing.T) {
+	verifyNoLeaks(t)
+	type seen struct {
+		method   string
+		inflight int // requests read on this connection and not yet answered
+	}
+	var mu sync.Mutex
+	var log []seen
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		reqs := make(chan *http.Request, 16)
+		var pending atomic.Int32
+		go func() {
+			for req := range reqs {
+				time.Sleep(2 * time.Millisecond)
+				pending.Add(-1)
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
+			}
+		}()
+		defer close(reqs)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, req.Body)
+			mu.Lock()
+			log = append(log, seen{req.Method, int(pending.Load())})
+			mu.Unlock()
+			pending.Add(1)
+			reqs <- req
+		}
+	})
+	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 8})
+	var wg sync.WaitGroup
+	for i := range 60 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			method := "GET"
+			var body io.Reader
+			if i%5 == 0 {
+				method, body = "POST", strings.NewReader("data")
+			}
+			path := fmt.Sprintf("/%d", i)
+			req, _ := http.NewRequest(method, srv.url(path), body)
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Errorf("%s %s: %v", method, path, err)
+				return
+			}
+			if got := readBody(t, resp); got != path {
+				t.Errorf("%s %s: body = %q", method, path, got)
+			}
+		}()
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	for i, s := range log {
+		if s.method == "POST" && s.inflight != 0 {
+			t.Errorf("request %d: POST written with %d requests in flight, want 0", i, s.inflight)
+		}
+		if i > 0 && log[i-1].method == "POST" && s.inflight != 0 {
+			// The POST was answered before this request was read only if
+			// inflight is 0... a request read while the POST is pending
+			// was written behind it.
+			t.Errorf("request %d: written behind a POST (in flight %d)", i, s.inflight)
+		}
+	}
+}
+
+// TestRetrySafety: when the server closes after reading a request without
+// answering it, a GET is retried and a POST is not, and fails with
+// ErrServerClosed.
+func TestRetrySafety(t *testing.T) {
+	tests := []struct {
+		method    string
+		header    string
+		wantCalls int32
+		wantErr   error
+	}{
+		{"GET", "", 2, nil},
+		{"PUT", "", 2, nil},
+		{"POST", "", 1, ErrServerClosed},
+		{"PATCH", "", 1, ErrServerClosed},
+		{"POST", "Idempotency-Key", 2, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.method+tt.header, func(t *testing.T) {
+			verifyNoLeaks(t)
+			var calls atomic.Int32
+			srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				io.Copy(io.Discard, req.Body)
+				if calls.Add(1) == 1 {
+					return // close without answering
+				}
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			})
+			tr := newTestTransport(t, TransportOptions{})
+			req, _ := http.NewRequest(tt.method, srv.url("/"), strings.NewReader("body"))
+			if tt.header != "" {
+				req.Header.Set(tt.header, "k1")
+			}
+			resp, err := tr.RoundTrip(req)
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) {
+					t.Errorf("%s: err = %v, want %v", tt.method, err, tt.wantErr)
+				}
+			} else if err != nil {
+				t.Errorf("%s: err = %v, want nil", tt.method, err)
+			} else {
+				readBody(t, resp)
+			}
+			if got := calls.Load(); got != tt.wantCalls {
+				t.Errorf("%s: server saw %d requests, want %d", tt.method, got, tt.wantCalls)
+			}
+		})
+	}
+}
+
+// holdServer answers /hold/* only when release is closed, everything else
+// at once, in order per connection.
+func holdServer(t *testing.T, release <-chan struct{}) *rawServer {
+	return newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			if strings.HasPrefix(req.URL.Path, "/hold") {
+				select {
+				case <-release:
+				case <-time.After(testTimeout):
+				}
+			}
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
+		}
+	})
+}
+
+func TestCancelQueuedRequest(t *testing.T) {
+	verifyNoLeaks(t)
+	release := make(chan struct{})
+	srv := holdServer(t, release)
+	defer close(release)
+	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 1})
+	done := make(chan error, 1)
+	go func() {
+		resp, err := get(t, tr, srv.url("/hold"))
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	key := "http://" + srv.addr
+	waitFor(t, func() bool { return tr.Stats()[key].InFlight == 1 })
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.url("/queued"), nil)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := tr.RoundTrip(req)
+		errc <- err
+	}()
+	waitFor(t, func() bool { return tr.Stats()[key].Queued == 1 })
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Errorf("queued request: err = %v, want context.Canceled", err)
+	}
+	if q := tr.Stats()[key].Queued; q != 0 {
+		t.Errorf("Queued = %d after cancel, want 0", q)
+	}
+	release <- struct{}{}
+	if err := <-done; err != nil {
+		t.Errorf("held request: %v", err)
+	}
+}
+
+// TestCancelWrittenRequest: a request cancelled while its response is
+// pending returns at once; the response is read and discarded, and the
+// request behind it on the same connection still gets its own answer.
+func TestCancelWrittenRequest(t *testing.T) {
+	verifyNoLeaks(t)
+	release := make(chan struct{})
+	srv := holdServer(t, release)
+	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 4})
+	key := "http://" + srv.addr
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.url("/hold"), nil)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := tr.RoundTrip(req)
+		errc <- err
+	}()
+	waitFor(t, func() bool { return tr.Stats()[key].InFlight == 1 })
+	behind := make(chan string, 1)
+	go func() {
+		resp, err := get(t, tr, srv.url("/behind"))
+		if err != nil {
+			behind <- err.Error()
+			return
+		}
+		behind <- readBody(t, resp)
+	}()
+	waitFor(t, func() bool { return tr.Stats()[key].InFlight == 2 })
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled request: err = %v, want context.Canceled", err)
+	}
+	close(release)
+	if got := <-behind; got != "/behind" {
+		t.Errorf("request behind: got %q, want /behind", got)
+	}
+	if n := srv.conns.Load(); n != 1 {
+		t.Errorf("connections = %d, want 1 (the connection survives)", n)
+	}
+}
+
+func TestCancelWhileReadingBody(t *testing.T) {
+	verifyNoLeaks(t)
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		if _, err := http.ReadRequest(br); err != nil {
+			return
+		}
+		// A large body, half sent.
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n")
+		c.Write(make([]byte, 500000))
+		io.Copy(io.Discard, br)
+	})
+	tr := newTestTransport(t, TransportOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.url("/"), nil)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if _, err := io.ReadFull(resp.Body, make([]byte, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	_, err = io.Copy(io.Discard, resp.Body)
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Read after cancel: err = %v, want context.Canceled", err)
+	}
+}
+
+// TestUnreadBodyDoesNotBlock is the issue's example: an unread 8 MiB body
+// must not stop a later request that net/http with the same
+// MaxConnsPerHost would serve.
+func TestUnreadBodyDoesNotBlock(t *testing.T) {
+	verifyNoLeaks(t)
+	big := strings.Repeat("x", 8<<20)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/big" {
+			io.WriteString(w, big)
+			return
+		}
+		io.WriteString(w, "small")
+	}))
+	defer srv.Close()
+	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 2, PipelineDepth: 4})
+	r1, err := get(t, tr, srv.URL+"/big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r1.Body.Close()
+	for range 3 {
+		r2, err := get(t, tr, srv.URL+"/small")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := readBody(t, r2); got != "small" {
+			t.Errorf("small body = %q", got)
+		}
+	}
+	if got := readBody(t, r1); len(got) != len(big) {
+		t.Errorf("big body: %d bytes, want %d", len(got), len(big))
+	}
+}
+
+// TestResendBehindLargeBody: idempotent requests written behind a response
+// that turns out to be large are re-sent on another connection, and the
+// late answers are discarded.
+func TestResendBehindLargeBody(t *testing.T) {
+	verifyNoLeaks(t)
+	release := make(chan struct{})
+	big := strings.Repeat("y", 1<<20)
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			body := req.URL.Path
+			if req.URL.Path == "/big" {
+				<-release
+				body = big
+			}
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		}
+	})
+	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 2, PipelineDepth: 4})
+	key := "http://" + srv.addr
+	// Open two connections, then put /big on one and a request behind it.
+	r1c := make(chan *http.Response, 1)
+	go func() {
+		resp, err := get(t, tr, srv.url("/big"))
+		if err != nil {
+			t.Error(err)
+		}
+		r1c <- resp
+	}()
+	waitFor(t, func() bool { return tr.Stats()[key].InFlight == 1 })
+	// A second connection becomes busy and then idle; the third request
+	// goes to it. Fill the first connection's pipeline with a request
+	// while both are busy by holding the second connection too.
+	var wg sync.WaitGroup
+	results := make(chan string, 8)
+	for i := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := get(t, tr, srv.url(fmt.Sprintf("/%d", i)))
+			if err != nil {
+				results <- err.Error()
+				return
+			}
+			results <- readBody(t, resp)
+		}()
+	}
+	time.Sleep(20 * time.Millisecond) // let some be pipelined behind /big
+	close(release)
+	r1 := <-r1c
+	// Do not read r1 yet: the others must complete anyway.
+	wg.Wait()
+	close(results)
+	for got := range results {
+		if !strings.HasPrefix(got, "/") {
+			t.Errorf("request behind big body: %s", got)
+		}
+	}
+	if r1 != nil {
+		if got := readBody(t, r1); len(got) != len(big) {
+			t.Errorf("big body: %d bytes, want %d", len(got), len(big))
+		}
+	}
+}
+
+func TestEarlyCloseKeepsConnectionWhenSmall(t *testing.T) {
+	verifyNoLeaks(t)
+	size := maxReadAhead + 1000 // streams, and the remainder is small
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			if req.URL.Path == "/huge" {
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", 64<<20)
+				c.Write(make([]byte, 64<<20))
+				continue
+			}
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", size, strings.Repeat("z", size))
+		}
+	})
+	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1})
+	resp, err := get(t, tr, srv.url("/medium"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Read(make([]byte, 10))
+	resp.Body.Close()
+	resp, err = get(t, tr, srv.url("/medium"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readBody(t, resp)
+	if n := srv.conns.Load(); n != 1 {
+		t.Errorf("after closing a small remainder: connections = %d, want 1", n)
+	}
+	resp, err = get(t, tr, srv.url("/huge"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Read(make([]byte, 10))
+	resp.Body.Close()
+	resp, err = get(t, tr, srv.url("/medium"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readBody(t, resp)
+	if n := srv.conns.Load(); n != 2 {
+		t.Errorf("after closing a huge remainder: connections = %d, want 2", n)
+	}
+}
+
+func TestResponseHeaderTimeout(t *testing.T) {
+	verifyNoLeaks(t)
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		http.ReadRequest(br)
+		io.Copy(io.Discard, br) // never answer
+	})
+	tr := newTestTransport(t, TransportOptions{ResponseHeaderTimeout: 50 * time.Millisecond})
+	_, err := get(t, tr, srv.url("/"))
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("err = %v, want a net.Error with Timeout() true", err)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("errors.Is(%v, context.DeadlineExceeded) = false, want true", err)
+	}
+}
+
+// TestResponseHeaderTimeoutCountsFromHead: a request pipelined behind a slow
+// response is not timed out while it waits behind it.
+func TestResponseHeaderTimeoutCountsFromHead(t *testing.T) {
+	verifyNoLeaks(t)
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: 400\r\n\r\n")
+			if req.URL.Path == "/slow" {
+				// Headers at once, body slowly: the head is "answered".
+				for range 4 {
+					time.Sleep(100 * time.Millisecond)
+					c.Write(make([]byte, 100))
+				}
+				continue
+			}
+			c.Write(make([]byte, 400))
+		}
+	})
+	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 2, ResponseHeaderTimeout: 200 * time.Millisecond})
+	key := "http://" + srv.addr
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := get(t, tr, srv.url("/slow"))
+		if err == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	waitFor(t, func() bool { return tr.Stats()[key].InFlight == 1 })
+	resp, err := get(t, tr, srv.url("/fast"))
+	if err != nil {
+		t.Fatalf("request behind a slow body: %v", err)
+	}
+	readBody(t, resp)
+	if err := <-errc; err != nil {
+		t.Errorf("slow request: %v", err)
+	}
+}
+
+type closeRecorder struct {
+	io.Reader
+	closed atomic.Bool
+}
+
+func (c *closeRecorder) Close() error { c.closed.Store(true); return nil }
+
+func TestInvalidRequests(t *testing.T) {
+	tr := newTestTransport(t, TransportOptions{})
+	tests := []struct {
+		name    string
+		modify  func(r *http.Request)
+		wantErr string
+	}{
+		{"nil-url", func(r *http.Request) { r.URL = nil }, "http: nil Request.URL"},
+		{"nil-header", func(r *http.Request) { r.Header = nil }, "http: nil Request.Header"},
+		{"bad-scheme", func(r *http.Request) { r.URL.Scheme = "ftp" }, `unsupported protocol scheme "ftp"`},
+		{"no-host", func(r *http.Request) { r.URL.Host = "" }, "http: no Host in request URL"},
+		{"bad-header-name", func(r *http.Request) { r.Header["Bad Name"] = []string{"v"} }, `net/http: invalid header field name "Bad Name"`},
+		{"bad-header-value", func(r *http.Request) { r.Header.Set("X", "a\r\nInjected: 1") }, `net/http: invalid header field value for "X"`},
+		{"bad-method", func(r *http.Request) { r.Method = "GE T" }, `net/http: invalid method "GE T"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body := &closeRecorder{Reader: strings.NewReader("x")}
+			req, _ := http.NewRequest("POST", "http://127.0.0.1:1/", nil)
+			req.Body = body
+			req.ContentLength = 1
+			tt.modify(req)
+			_, err := tr.RoundTrip(req)
+			if err == nil || err.Error() != tt.wantErr {
+				t.Errorf("RoundTrip(%s) = %v, want %q", tt.name, err, tt.wantErr)
+			}
+			if !body.closed.Load() {
+				t.Errorf("RoundTrip(%s) did not close the request body", tt.name)
+			}
+		})
+	}
+}
+
+func TestCloseFailsInFlightAndLaterRequests(t *testing.T) {
+	verifyNoLeaks(t)
+	release := make(chan struct{})
+	defer close(release)
+	srv := holdServer(t, release)
+	tr := NewTransport(TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 2})
+	key := "http://" + srv.addr
+	errs := make(chan error, 3)
+	for range 3 {
+		go func() {
+			_, err := get(t, tr, srv.url("/hold"))
+			errs <- err
+		}()
+	}
+	waitFor(t, func() bool { s := tr.Stats()[key]; return s.InFlight == 2 && s.Queued == 1 })
+	tr.Close()
+	for range 3 {
+		if err := <-errs; !errors.Is(err, ErrTransportClosed) {
+			t.Errorf("request in flight at Close: err = %v, want ErrTransportClosed", err)
+		}
+	}
+	if _, err := get(t, tr, srv.url("/")); !errors.Is(err, ErrTransportClosed) {
+		t.Errorf("request after Close: err = %v, want ErrTransportClosed", err)
+	}
+}
+
+// countingConn counts the Write calls that reach the network.
+type countingConn struct {
+	net.Conn
+	writes atomic.Int32
+	gate   chan struct{} // if not nil, the first Write waits for it
+	once   sync.Once
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	if c.gate != nil {
+		c.once.Do(func() { <-c.gate })
+	}
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+// TestWritesCoalesce: requests queued behind a write in progress go out in
+// one flush.
+func TestWritesCoalesce(t *testing.T) {
+	verifyNoLeaks(t)
+	srv := newRawServer(t, serveEcho)
+	cc := make(chan *countingConn, 1)
+	gate := make(chan struct{})
+	tr := newTestTransport(t, TransportOptions{
+		MaxConnsPerHost: 1, PipelineDepth: 8,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			w := &countingConn{Conn: c, gate: gate}
+			cc <- w
+			return w, nil
+		},
+	})
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := get(t, tr, srv.url(fmt.Sprintf("/%d", i)))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			readBody(t, resp)
+		}()
+	}
+	c := <-cc
+	p := tr.pools[poolKey{scheme: "http", addr: srv.addr}]
+	waitFor(t, func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.conns) == 1 && p.conns[0].pendingWriters.Load() == 7
+	})
+	close(gate)
+	wg.Wait()
+	if n := c.writes.Load(); n > 2 {
+		t.Errorf("8 queued requests took %d writes, want at most 2", n)
+	}
+}
+
+func TestLoadSpreadsBeforePipelining(t *testing.T) {
+	verifyNoLeaks(t)
+	release := make(chan struct{})
+	srv := holdServer(t, release)
+	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 5, PipelineDepth: 10})
+	key := "http://" + srv.addr
+	var wg sync.WaitGroup
+	for range 5 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if resp, err := get(t, tr, srv.url("/hold")); err == nil {
+				readBody(t, resp)
+			}
+		}()
+	}
+	waitFor(t, func() bool { s := tr.Stats()[key]; return s.InFlight == 5 })
+	if s := tr.Stats()[key]; s.Open != 5 {
+		t.Errorf("5 parallel requests with 5 connections allowed: Open = %d, want 5", s.Open)
+	}
+	close(release)
+	wg.Wait()
+}
+
+
