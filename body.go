@@ -245,10 +245,10 @@ func mergeTrailer(resp *http.Response, tr http.Header) {
 type bodyEvent uint8
 
 const (
-	bodyEOF        bodyEvent = iota // read to the end: the connection is reusable
-	bodyClosed                      // closed early: drain what remains, or close
-	bodyFailed                      // a read failed: the connection is dead
-	bodyAbandoned                   // nobody will ever read it (request cancelled)
+	bodyEOF       bodyEvent = iota // read to the end: the connection is reusable
+	bodyClosed                     // closed early: drain what remains, or close
+	bodyFailed                     // a read failed: the connection is dead
+	bodyAbandoned                  // nobody will ever read it (request cancelled)
 )
 
 // streamBody is a response body read from the connection by the caller. While

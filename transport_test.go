@@ -1018,5 +1018,3 @@ func TestLoadSpreadsBeforePipelining(t *testing.T) {
 	close(release)
 	wg.Wait()
 }
-
-
