@@ -413,9 +413,12 @@ func (t *Transport) connectTunnel(ctx context.Context, conn net.Conn, key poolKe
 	var resp *http.Response
 	err := connectReq.Write(conn)
 	if err == nil {
-		br := bufio.NewReader(&io.LimitedReader{R: conn, N: t.opts.MaxResponseHeaderBytes})
+		lr := &io.LimitedReader{R: conn, N: t.opts.MaxResponseHeaderBytes}
+		br := bufio.NewReader(lr)
 		resp, err = http.ReadResponse(br, connectReq)
-		if err == nil && br.Buffered() > 0 {
+		if err != nil && lr.N <= 0 {
+			err = fmt.Errorf("pipelined: proxy's CONNECT response headers exceeded %d bytes", t.opts.MaxResponseHeaderBytes)
+		} else if err == nil && br.Buffered() > 0 {
 			// RFC 9110 §9.3.6: the tunnel starts after the reply's
 			// header; the proxy may not speak first for a TLS target.
 			err = errors.New("pipelined: proxy sent data after its CONNECT reply")

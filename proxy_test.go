@@ -729,3 +729,53 @@ func TestProxyPoolsSeparate(t *testing.T) {
 		t.Errorf("open connections = %d, want %d (one per pool)", sum, len(routes))
 	}
 }
+
+// The CONNECT reply is bounded by MaxResponseHeaderBytes, and a proxy that
+// speaks before the tunnel's client is refused.
+func TestHTTPProxyConnectBadReplies(t *testing.T) {
+	for _, tc := range []struct {
+		name, reply string
+		want        string // the error contains it
+	}{
+		{"huge header", "HTTP/1.1 200 OK\r\nX-Big: " + strings.Repeat("a", 4096) + "\r\n\r\n", "exceeded 1024 bytes"},
+		{"data after reply", "HTTP/1.1 200 OK\r\n\r\nHTTP/1.1 200 OK\r\n", "data after its CONNECT reply"},
+		{"garbage", "SSH-2.0-OpenSSH\r\n\r\n", "malformed HTTP"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				br := bufio.NewReader(c)
+				if _, err := http.ReadRequest(br); err != nil {
+					return
+				}
+				io.WriteString(c, tc.reply)
+				io.Copy(io.Discard, br)
+			}()
+			defer func() { ln.Close(); <-done }()
+			tr := NewTransport(TransportOptions{
+				Proxy:                  proxyFunc("http://" + ln.Addr().String()),
+				MaxResponseHeaderBytes: 1024,
+			})
+			defer tr.Close()
+			req, _ := http.NewRequest("GET", "https://example.com/", nil)
+			_, err = tr.RoundTrip(req)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				// The reply is one small write: it arrives in one read. If
+				// it did not, the TLS handshake fails on the extra bytes.
+				if !(tc.name == "data after reply" && err != nil && strings.Contains(err.Error(), "tls:")) {
+					t.Fatalf("RoundTrip error = %v, want one containing %q", err, tc.want)
+				}
+			}
+		})
+	}
+}
