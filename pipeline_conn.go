@@ -496,8 +496,24 @@ func (c *pconn) fail(err error) {
 	c.p.connDead(c)
 	final := isFinalError(err)
 	for i, a := range unanswered {
-		a.deliver(result{err: &ConnError{Err: err, Written: true, noRetry: i == 0 && headUnanswered && final}})
+		noRetry := i == 0 && headUnanswered && final
+		if noRetry && !a.alone && a.r.replayable && isMalformed(err) {
+			// The bad bytes may belong to an earlier response (a body
+			// after a HEAD, 204 or 304 response, or longer than its
+			// Content-Length). An idempotent request gets one more
+			// chance, alone on another connection (RFC 9112 §9.3.2); if
+			// that answer is malformed too, it is final.
+			noRetry = false
+		}
+		a.deliver(result{err: &ConnError{Err: err, Written: true, noRetry: noRetry}})
 	}
+}
+
+// isMalformed reports whether err says a response could not be parsed.
+func isMalformed(err error) bool {
+	var fe *FramingError
+	var he *headerTooLargeError
+	return errors.As(err, &fe) || errors.As(err, &he)
 }
 
 // detach removes an upgraded connection from the pool without closing it:
