@@ -129,7 +129,14 @@ func (c *pconn) send(a *attempt) error {
 		c.conn.SetWriteDeadline(aLongTimeAgo)
 		c.wdMu.Unlock()
 	})
-	werr := writeRequest(c.bw, r, body)
+	var tunnel io.ReadCloser
+	if r.method == http.MethodConnect && body != nil && r.req.ContentLength <= 0 {
+		// A user CONNECT streams both ways (golang/go#17227): the body is
+		// copied raw, as written, after the head and while the response is
+		// read. Nothing else is ever written on this connection.
+		tunnel, body = body, nil
+	}
+	werr := writeRequest(c.bw, r, body, c.waitForContinue(a))
 	if werr == nil && (c.pendingWriters.Load() == 0 || !r.pipelineable || a.alone) {
 		werr = c.bw.Flush()
 	}
@@ -153,11 +160,26 @@ func (c *pconn) send(a *attempt) error {
 		} else if cerr := context.Cause(r.ctx); cerr != nil && r.ctx.Err() != nil {
 			a.deliver(result{err: cerr})
 		}
+		if tunnel != nil {
+			tunnel.Close()
+		}
 		c.fail(werr)
 		return nil
 	}
+	if tunnel != nil {
+		go c.copyTunnel(tunnel)
+	}
 	c.armHeaderTimeout(a)
 	return nil
+}
+
+// copyTunnel writes the body of a CONNECT request to the connection
+// unbuffered, so that each Write of the caller reaches the server at once.
+// It ends when the body ends or the connection fails; like net/http, it
+// cannot end a body Read that never returns.
+func (c *pconn) copyTunnel(body io.ReadCloser) {
+	defer body.Close()
+	io.Copy(c.conn, body)
 }
 
 // flushLeftovers flushes requests that a writer left buffered expecting a
@@ -259,7 +281,7 @@ func (c *pconn) readResponses() error {
 			}
 			return err
 		}
-		if t := a.r.trace; t != nil && t.GotFirstResponseByte != nil {
+		if t := a.r.trace; t != nil && t.GotFirstResponseByte != nil && a.state.Load() == attemptWaiting {
 			t.GotFirstResponseByte()
 		}
 		resp, f, err := readResponseHead(c.br, a.r.method, limit, interimHook(a))
@@ -275,6 +297,7 @@ func (c *pconn) readResponses() error {
 		c.mu.Unlock()
 		resp.Request = a.r.req
 		resp.TLS = c.tls
+		a.finalContinue(resp)
 		closing := resp.Close || a.r.closeAfter
 		c.p.gotHeaders(c, a, closing)
 		if closing {
@@ -299,6 +322,7 @@ func (c *pconn) readResponses() error {
 		}
 		c.popHead()
 		c.p.responseDone(c)
+		c.afterResponse(a, closing)
 		if closing {
 			return errConnClosing
 		}
@@ -450,15 +474,27 @@ func (c *pconn) resendBehind() {
 
 func interimHook(a *attempt) func(int, http.Header) error {
 	t := a.r.trace
-	if t == nil || (t.Got1xxResponse == nil && t.Got100Continue == nil) {
+	if a.continueCh == nil && (t == nil || t.Got1xxResponse == nil) {
 		return nil
 	}
 	return func(code int, h http.Header) error {
-		if code == http.StatusContinue && t.Got100Continue != nil {
-			t.Got100Continue()
+		if a.state.Load() != attemptWaiting {
+			// Moved elsewhere or abandoned: the caller's hooks belong to
+			// another attempt now.
+			return nil
 		}
-		if t.Got1xxResponse != nil {
-			return t.Got1xxResponse(code, textprotoHeader(h))
+		if code == http.StatusContinue && a.continueCh != nil {
+			// As net/http: Got100Continue only for a request that expects it.
+			if t != nil && t.Got100Continue != nil {
+				t.Got100Continue()
+			}
+			a.signalContinue(true)
+		}
+		if t != nil && t.Got1xxResponse != nil {
+			if err := t.Got1xxResponse(code, textprotoHeader(h)); err != nil {
+				return err
+			}
+			return errResetHeaderLimit
 		}
 		return nil
 	}

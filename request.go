@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"golang.org/x/net/http/httpguts"
@@ -37,10 +38,13 @@ type request struct {
 	pipelineable bool
 	closeAfter   bool // Connection: close is sent; the connection ends with it
 	upgrade      bool // CONNECT or Upgrade: the connection may leave the pool
-	addGzip      bool // the transport asks for gzip and decodes it
-	proxyAuth    string
-	absoluteURI  bool // absolute-form request target (HTTP proxy)
-	bodyUsed     bool // req.Body was handed to a write
+	// expectContinue: the body waits for a 100 (expect.go), as net/http:
+	// HTTP/1.1 request, a body, and "Expect: 100-continue".
+	expectContinue bool
+	addGzip        bool // the transport asks for gzip and decodes it
+	proxyAuth      string
+	absoluteURI    bool // absolute-form request target (HTTP proxy)
+	bodyUsed       bool // req.Body was handed to a write
 }
 
 func newRequest(t *Transport, req *http.Request, key poolKey) *request {
@@ -69,6 +73,7 @@ func newRequest(t *Transport, req *http.Request, key poolKey) *request {
 	upgrade := r.method == http.MethodConnect || httpguts.HeaderValuesContainsToken(req.Header["Connection"], "upgrade")
 	expect := !noBody && httpguts.HeaderValuesContainsToken(req.Header["Expect"], "100-continue")
 	r.pipelineable = r.replayable && !upgrade && !expect && !r.closeAfter
+	r.expectContinue = expect && req.ProtoAtLeast(1, 1)
 	r.upgrade = upgrade
 	if upgrade {
 		r.closeAfter = false // the connection leaves the pool instead
@@ -115,6 +120,11 @@ type attempt struct {
 	// disarmed is guarded by pconn.deadlineMu: the header timer must not
 	// start any more.
 	disarmed bool
+
+	// For an expectContinue request: the reader tells the writer whether to
+	// send the body (expect.go).
+	continueCh   chan struct{} // capacity 1; nil if no 100 is awaited
+	continueOnce sync.Once
 }
 
 const (
@@ -130,7 +140,11 @@ type result struct {
 }
 
 func newAttempt(r *request, alone bool) *attempt {
-	return &attempt{r: r, alone: alone, res: make(chan result, 1)}
+	a := &attempt{r: r, alone: alone, res: make(chan result, 1)}
+	if r.expectContinue {
+		a.continueCh = make(chan struct{}, 1)
+	}
+	return a
 }
 
 // deliver hands the outcome to the caller, reporting false if the caller
@@ -151,8 +165,9 @@ func (a *attempt) abandon() bool {
 
 // writeRequest writes r's head and body to w in HTTP/1.1 form, as net/http's
 // Request.write does, adding the transport's own headers without modifying
-// r.req.
-func writeRequest(w *bufio.Writer, r *request, body io.ReadCloser) (err error) {
+// r.req. If waitForContinue is not nil, the head is flushed and the body is
+// written only if waitForContinue reports true (expect.go).
+func writeRequest(w *bufio.Writer, r *request, body io.ReadCloser, waitForContinue func() bool) (err error) {
 	req := r.req
 	if body != nil {
 		defer body.Close()
@@ -260,6 +275,17 @@ func writeRequest(w *bufio.Writer, r *request, body io.ReadCloser) (err error) {
 	}
 	if err != nil || body == nil {
 		return err
+	}
+	if waitForContinue != nil {
+		if err := w.Flush(); err != nil {
+			return err
+		}
+		if trace != nil && trace.Wait100Continue != nil {
+			trace.Wait100Continue()
+		}
+		if !waitForContinue() {
+			return nil // the deferred Close releases the body
+		}
 	}
 	return writeBody(w, req, body, cl, chunked)
 }

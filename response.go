@@ -99,7 +99,11 @@ func readResponseHead(br *bufio.Reader, method string, limit int64, interim func
 			// RFC 9112 §9.2: an interim response is not the answer; keep
 			// reading for the final response of the same request.
 			if interim != nil {
-				if err := interim(code, resp.Header); err != nil {
+				if err := interim(code, resp.Header); err == errResetHeaderLimit {
+					// The caller saw this 1xx and bounds their number
+					// itself: reset the limit, as net/http does.
+					budget = limit
+				} else if err != nil {
 					return nil, framing{}, err
 				}
 			}

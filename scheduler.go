@@ -88,6 +88,7 @@ func (p *hostPool) roundTripAttempts(r *request) (*http.Response, error) {
 		}
 		res := p.await(a)
 		if res.err == nil && !res.retry {
+			decodeGzip(r, res.resp)
 			return res.resp, nil
 		}
 		if p.isClosed() {

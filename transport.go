@@ -102,6 +102,29 @@ type TransportOptions struct {
 	// lock. See docs/connecting.md.
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 
+	// ExpectContinueTimeout, if non-zero, is how long to wait for a server's
+	// first response headers after writing the headers of a request that
+	// has "Expect: 100-continue". Zero means no timeout: the body is sent at
+	// once, without waiting for the server. As with net/http, a final
+	// status arriving before any 100 skips the body if the response or the
+	// request closes the connection, and sends it otherwise. Such requests
+	// are never pipelined.
+	ExpectContinueTimeout time.Duration
+
+	// MaxIdleConnsPerHost is the number of idle connections (connections
+	// with nothing in flight) kept per host. Zero means all of them, up to
+	// MaxConnsPerHost; a negative value means none: a connection is closed
+	// as soon as it has nothing in flight. net/http's default is 2: a
+	// pipelined pool is small (MaxConnsPerHost) and is meant to stay warm,
+	// and closing connections that a burst will want back moments later
+	// would bring back the dial churn pipelining avoids.
+	MaxIdleConnsPerHost int
+
+	// MaxIdleConns caps the idle connections (nothing in flight) across all
+	// hosts; when a connection becoming idle exceeds it, the connection idle
+	// for the longest time is closed. Zero means no limit.
+	MaxIdleConns int
+
 	// DialTLSContext, if non-nil, dials TLS connections for https targets
 	// that are not proxied (and to https proxies), replacing DialContext and
 	// the TLS handshake: TLSClientConfig and TLSHandshakeTimeout are then
