@@ -645,3 +645,79 @@ func TestDisableKeepAlives(t *testing.T) {
 		return s.Open == 0 && s.Dialing == 0
 	})
 }
+
+// The dial's context carries the values of the request that started it:
+// net.Dialer's ConnectStart/ConnectDone reach its trace. GetConn reports
+// the address dialed: the proxy's when proxied, as in net/http.
+func TestDialCarriesTrace(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer srv.Close()
+	p := newHTTPProxy(t, false, "")
+	for _, tc := range []struct {
+		name  string
+		proxy string
+		want  string // address of GetConn and ConnectDone
+	}{
+		{"direct", "", hostPort(t, srv.URL)},
+		{"proxied", p.URL, hostPort(t, p.URL)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := TransportOptions{}
+			if tc.proxy != "" {
+				opts.Proxy = proxyFunc(tc.proxy)
+			}
+			tr := NewTransport(opts)
+			defer tr.Close()
+			var mu sync.Mutex
+			var getConn, connectDone []string
+			ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+				GetConn: func(hostPort string) {
+					mu.Lock()
+					getConn = append(getConn, hostPort)
+					mu.Unlock()
+				},
+				ConnectDone: func(network, addr string, err error) {
+					mu.Lock()
+					connectDone = append(connectDone, addr)
+					mu.Unlock()
+				},
+			})
+			req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatalf("RoundTrip: %v", err)
+			}
+			resp.Body.Close()
+			mu.Lock()
+			defer mu.Unlock()
+			if len(getConn) != 1 || getConn[0] != tc.want {
+				t.Errorf("GetConn calls = %q, want [%q]", getConn, tc.want)
+			}
+			if len(connectDone) != 1 || connectDone[0] != tc.want {
+				t.Errorf("ConnectDone calls = %q, want [%q]", connectDone, tc.want)
+			}
+		})
+	}
+}
+
+// A connection on which TLS negotiated h2 (possible only through
+// DialTLSContext) is refused: this transport speaks HTTP/1.1 only.
+func TestDialTLSContextRefusesH2(t *testing.T) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	tr := NewTransport(TransportOptions{
+		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			cfg := tlsRoots(srv)
+			cfg.NextProtos = []string{"h2"}
+			return tls.Dial(network, addr, cfg)
+		},
+	})
+	defer tr.Close()
+	req, _ := http.NewRequest("GET", srv.URL, nil)
+	_, err := tr.RoundTrip(req)
+	if err == nil || !strings.Contains(err.Error(), `negotiated protocol "h2"`) {
+		t.Fatalf("RoundTrip error = %v, want a refusal of h2", err)
+	}
+}
