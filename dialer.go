@@ -182,6 +182,7 @@ type ProxyConnectError struct {
 	Status     string // e.g. "407 Proxy Authentication Required"
 }
 
+// Error returns "pipelined: proxy refused CONNECT: " followed by the status.
 func (e *ProxyConnectError) Error() string {
 	return "pipelined: proxy refused CONNECT: " + e.Status
 }
