@@ -779,3 +779,31 @@ func TestHTTPProxyConnectBadReplies(t *testing.T) {
 		})
 	}
 }
+
+// A proxy that never answers a CONNECT holds only the dial: the request
+// that started it can give up, and Close ends the dial.
+func TestHTTPProxyConnectHangs(t *testing.T) {
+	addr, stop := silentListener(t)
+	defer stop()
+	tr := NewTransport(TransportOptions{Proxy: proxyFunc("http://" + addr)})
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", "https://example.com/", nil)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := tr.RoundTrip(req)
+		errc <- err
+	}()
+	key := "https://example.com:443 via http://" + addr
+	eventually(t, "the dial", func() bool { return tr.Stats()[key].Dialing == 1 })
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("RoundTrip error = %v, want context.Canceled", err)
+	}
+	if s := tr.Stats()[key]; s.Dialing != 1 {
+		t.Fatalf("Stats = %+v, want the dial still running", s)
+	}
+	tr.Close() // returns once the dial has ended
+	if s := tr.Stats()[key]; s.Dialing != 0 {
+		t.Fatalf("after Close: Stats = %+v, want no dial", s)
+	}
+}
