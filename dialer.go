@@ -122,6 +122,9 @@ func (t *Transport) keyFor(req *http.Request) (poolKey, error) {
 // canonicalAddr returns host:port for a URL host, with the scheme's default
 // port and an ASCII (IDNA) host, as net/http dials.
 func canonicalAddr(scheme, hostport string) (string, error) {
+	if isPlainHostPort(hostport) {
+		return hostport, nil // already canonical: the common case, no allocation
+	}
 	host, port := hostport, ""
 	if i := strings.LastIndexByte(hostport, ':'); i >= 0 && !strings.Contains(hostport[i:], "]") {
 		host, port = hostport[:i], hostport[i+1:]
@@ -145,6 +148,22 @@ func canonicalAddr(scheme, hostport string) (string, error) {
 		host = h
 	}
 	return net.JoinHostPort(host, port), nil
+}
+
+// isPlainHostPort reports whether hostport is an ASCII name or IPv4 address
+// followed by a non-empty port, which is its own canonical form.
+func isPlainHostPort(hostport string) bool {
+	i := strings.LastIndexByte(hostport, ':')
+	if i <= 0 || i == len(hostport)-1 {
+		return false
+	}
+	for j := 0; j < len(hostport); j++ {
+		c := hostport[j]
+		if c >= 0x80 || c == '[' || c == ']' || c == '%' || (c == ':' && j != i) {
+			return false
+		}
+	}
+	return true
 }
 
 func isASCII(s string) bool {

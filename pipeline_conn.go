@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,15 +52,18 @@ type pconn struct {
 	armed      *attempt   // the attempt whose header timeout is running
 
 	// Scheduling state, guarded by p.mu (see scheduler.go).
-	inflight  int       // attempts assigned and not yet answered
-	exclusive bool      // an attempt that nothing may follow is unanswered
-	closing   bool      // takes no more requests
-	large     bool      // the head response is streaming a large body
-	reserved  bool      // kept for a request that needs an idle connection
-	served    int       // responses completed
-	headTick  uint64    // logical time the current head became the head
-	idleSince time.Time // when inflight last became 0
-	idleTimer *time.Timer
+	inflight     int       // attempts assigned and not yet answered
+	exclusive    bool      // an attempt that nothing may follow is unanswered
+	closing      bool      // takes no more requests
+	large        bool      // the head response is streaming a large body
+	reserved     bool      // kept for a request that needs an idle connection
+	served       int       // responses completed
+	assigned     int       // requests assigned, ever
+	atBudget     bool      // closing because assigned reached hostPool.budget
+	serverClosed bool      // the server said it closes the connection
+	headTick     uint64    // logical time the current head became the head
+	idleSince    time.Time // when inflight last became 0
+	idleTimer    *time.Timer
 }
 
 func newPconn(p *hostPool, conn net.Conn, state *tls.ConnectionState) *pconn {
@@ -77,6 +81,8 @@ func newPconn(p *hostPool, conn net.Conn, state *tls.ConnectionState) *pconn {
 }
 
 var errNotWritten = errors.New("pipelined: request not written")
+
+func noStop() bool { return true }
 
 // aLongTimeAgo is a deadline that makes blocked I/O return at once.
 var aLongTimeAgo = time.Unix(1, 0)
@@ -123,12 +129,15 @@ func (c *pconn) send(a *attempt) error {
 	}
 
 	var cancelled bool
-	stop := context.AfterFunc(r.ctx, func() {
-		c.wdMu.Lock()
-		cancelled = true
-		c.conn.SetWriteDeadline(aLongTimeAgo)
-		c.wdMu.Unlock()
-	})
+	stop := noStop
+	if r.ctx.Done() != nil { // a context that can never be cancelled needs no watch
+		stop = context.AfterFunc(r.ctx, func() {
+			c.wdMu.Lock()
+			cancelled = true
+			c.conn.SetWriteDeadline(aLongTimeAgo)
+			c.wdMu.Unlock()
+		})
+	}
 	var tunnel io.ReadCloser
 	if r.method == http.MethodConnect && body != nil && r.req.ContentLength <= 0 {
 		// A user CONNECT streams both ways (golang/go#17227): the body is
@@ -137,8 +146,15 @@ func (c *pconn) send(a *attempt) error {
 		tunnel, body = body, nil
 	}
 	werr := writeRequest(c.bw, r, body, c.waitForContinue(a))
-	if werr == nil && (c.pendingWriters.Load() == 0 || !r.pipelineable || a.alone) {
+	// A pipelineable request is flushed by the last of the writers that
+	// queue up behind one another (see flushSoon); others at once.
+	deferFlush := r.pipelineable && !a.alone && tunnel == nil
+	if werr == nil && !deferFlush {
 		werr = c.bw.Flush()
+	}
+	<-c.writeLock
+	if werr == nil && deferFlush {
+		werr = c.flushSoon()
 	}
 	if !stop() {
 		c.wdMu.Lock()
@@ -147,7 +163,6 @@ func (c *pconn) send(a *attempt) error {
 		}
 		c.wdMu.Unlock()
 	}
-	<-c.writeLock
 	if t := r.trace; t != nil && t.WroteRequest != nil {
 		t.WroteRequest(httptraceWroteRequest(werr))
 	}
@@ -159,6 +174,13 @@ func (c *pconn) send(a *attempt) error {
 			a.deliver(result{err: be.err})
 		} else if cerr := context.Cause(r.ctx); cerr != nil && r.ctx.Err() != nil {
 			a.deliver(result{err: cerr})
+		} else if tunnel == nil && !isTimeout(werr) {
+			// The peer closed or reset the connection. Responses it sent
+			// before that may still be in our receive buffer: stop writing
+			// and let the reader take them, then fail what is left (RFC
+			// 9112 §9.6 on the TCP reset problem).
+			c.stopWriting()
+			return nil
 		}
 		if tunnel != nil {
 			tunnel.Close()
@@ -180,6 +202,44 @@ func (c *pconn) send(a *attempt) error {
 func (c *pconn) copyTunnel(body io.ReadCloser) {
 	defer body.Close()
 	io.Copy(c.conn, body)
+}
+
+// stopWriting makes c take no more requests after a write error, leaving
+// the read side open so that responses already received are read.
+func (c *pconn) stopWriting() {
+	c.mu.Lock()
+	c.noWrite = true
+	c.mu.Unlock()
+	c.p.markClosing(c)
+}
+
+// flushSoon makes sure that what the caller has just written is flushed,
+// coalescing it with the requests of other writers: if a writer is waiting
+// for the write token, that writer will flush; otherwise this goroutine
+// yields once, so that callers about to write on this connection (typically
+// those woken by the responses the reader has just delivered) can add their
+// requests, and then flushes everything buffered in one write.
+func (c *pconn) flushSoon() error {
+	if c.pendingWriters.Load() > 0 {
+		return nil
+	}
+	runtime.Gosched()
+	// Counted as a pending writer while waiting, so that writers that
+	// finish meanwhile leave their flush to this one.
+	c.pendingWriters.Add(1)
+	select {
+	case c.writeLock <- struct{}{}:
+		c.pendingWriters.Add(-1)
+	case <-c.closed:
+		c.pendingWriters.Add(-1)
+		return net.ErrClosed
+	}
+	var err error
+	if c.bw.Buffered() > 0 {
+		err = c.bw.Flush()
+	}
+	<-c.writeLock
+	return err
 }
 
 // flushLeftovers flushes requests that a writer left buffered expecting a
@@ -317,12 +377,13 @@ func (c *pconn) readResponses() error {
 			}
 			return errUpgraded
 		}
-		if err := c.readBody(a, resp, f); err != nil {
+		done, err := c.readBody(a, resp, f, closing)
+		if err != nil {
 			return err
 		}
-		c.popHead()
-		c.p.responseDone(c)
-		c.afterResponse(a, closing)
+		if !done {
+			c.finishResponse(a, closing)
+		}
 		if closing {
 			return errConnClosing
 		}
@@ -338,44 +399,57 @@ func isTimeout(err error) bool {
 // when the connection is positioned at the next response. Bodies up to
 // maxReadAhead are read here so that the pipeline moves on whether or not the
 // caller reads them; larger ones stream from the connection.
-func (c *pconn) readBody(a *attempt, resp *http.Response, f framing) error {
+func (c *pconn) readBody(a *attempt, resp *http.Response, f framing, closing bool) (done bool, err error) {
 	ctx := a.r.ctx
 	switch f.kind {
 	case bodyNone:
 		resp.Body = http.NoBody
+		c.finishResponse(a, closing)
 		a.deliver(result{resp: resp})
-		return nil
+		return true, nil
 	case bodyLength:
 		if f.n <= maxReadAhead {
 			buf := make([]byte, f.n)
 			if _, err := io.ReadFull(c.br, buf); err != nil {
 				a.deliver(result{err: &ConnError{Err: unexpected(err), Written: true}})
-				return unexpected(err)
+				return false, unexpected(err)
 			}
 			resp.Body = &bufferedBody{ctx: ctx, buf: buf, dst: resp}
+			c.finishResponse(a, closing)
 			a.deliver(result{resp: resp})
-			return nil
+			return true, nil
 		}
 		lr := &io.LimitedReader{R: c.br, N: f.n}
-		return c.stream(a, resp, lr, nil, func() int64 { return lr.N })
+		return false, c.stream(a, resp, lr, nil, func() int64 { return lr.N })
 	case bodyChunked:
 		cr := newChunkedReader(c.br, c.p.t.opts.MaxResponseHeaderBytes)
 		var buf bytes.Buffer
 		n, err := io.Copy(&buf, io.LimitReader(cr, maxReadAhead+1))
 		if err != nil {
 			a.deliver(result{err: &ConnError{Err: err, Written: true}})
-			return err
+			return false, err
 		}
 		if n <= maxReadAhead && cr.done {
 			resp.Body = &bufferedBody{ctx: ctx, buf: buf.Bytes(), dst: resp, trailer: cr.trailer}
+			c.finishResponse(a, closing)
 			a.deliver(result{resp: resp})
-			return nil
+			return true, nil
 		}
 		r := io.MultiReader(bytes.NewReader(buf.Bytes()), cr)
-		return c.stream(a, resp, r, cr, func() int64 { return -1 })
+		return false, c.stream(a, resp, r, cr, func() int64 { return -1 })
 	default: // bodyUntilClose
-		return c.stream(a, resp, c.br, nil, func() int64 { return -1 })
+		return false, c.stream(a, resp, c.br, nil, func() int64 { return -1 })
 	}
+}
+
+// finishResponse records that a's response has been read from the
+// connection in full. For bodies read ahead it runs before the response is
+// handed over, so that the connection is free again (and counted so) by the
+// time the caller sees its response, as net/http does for bodyless ones.
+func (c *pconn) finishResponse(a *attempt, closing bool) {
+	c.popHead()
+	c.p.responseDone(c)
+	c.afterResponse(a, closing)
 }
 
 // stream lends the connection to a's caller for a large body and waits for

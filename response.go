@@ -126,7 +126,14 @@ func readOneHead(br *bufio.Reader, budget *int64, limit int64) (*http.Response, 
 	if err := parseStatusLine(line, resp); err != nil {
 		return nil, err
 	}
-	h := make(http.Header, 8)
+	// The head's text is gathered into one buffer and converted to one
+	// string; names and values are substrings of it, and all values share
+	// one backing array, as textproto does.
+	var spanBuf [32]fieldSpan
+	spans := spanBuf[:0]
+	var textBuf [1024]byte
+	text := append(textBuf[:0], line[9:]...) // Status
+	statusLen := len(text)
 	for first := true; ; first = false {
 		line, err := readLine(br, budget, limit)
 		if err != nil {
@@ -159,11 +166,38 @@ func readOneHead(br *bufio.Reader, budget *int64, limit int64) (*http.Response, 
 		if !validFieldValue(value) {
 			return nil, framingErrorf("invalid header field value for %q", truncate(name))
 		}
-		key := canonicalKey(name)
-		h[key] = append(h[key], string(value))
+		sp := fieldSpan{nameStart: len(text)}
+		sp.key = commonKeys[string(name)] // no allocation
+		text = append(text, name...)
+		sp.start = len(text)
+		text = append(text, value...)
+		sp.end = len(text)
+		spans = append(spans, sp)
+	}
+	str := string(text)
+	resp.Status = str[:statusLen]
+	vals := make([]string, len(spans))
+	h := make(http.Header, len(spans))
+	for i, sp := range spans {
+		if sp.key == "" {
+			// Returns its argument when already canonical.
+			sp.key = textproto.CanonicalMIMEHeaderKey(str[sp.nameStart:sp.start])
+		}
+		vals[i] = str[sp.start:sp.end]
+		if vv, ok := h[sp.key]; ok {
+			h[sp.key] = append(vv, vals[i])
+		} else {
+			h[sp.key] = vals[i : i+1 : i+1]
+		}
 	}
 	resp.Header = h
 	return resp, nil
+}
+
+// fieldSpan locates one field value in a head's text.
+type fieldSpan struct {
+	key                   string // canonical name, if common
+	nameStart, start, end int    // name is text[nameStart:start], value text[start:end]
 }
 
 func parseStatusLine(line []byte, resp *http.Response) error {
@@ -194,7 +228,6 @@ func parseStatusLine(line []byte, resp *http.Response) error {
 	} else {
 		resp.Proto = "HTTP/1.0"
 	}
-	resp.Status = string(line[9:])
 	return nil
 }
 

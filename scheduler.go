@@ -29,6 +29,12 @@ type hostPool struct {
 	closed  bool
 	tick    uint64 // logical clock for head ages
 	policy  leastWait
+	// budget is the number of requests the server answers on one
+	// connection before closing it (nginx's keepalive_requests), learned
+	// from a "Connection: close" with requests behind it; 0 if unknown.
+	// A connection is given no more than budget requests, so that none
+	// are written only to be resent.
+	budget int
 }
 
 // waiter is a request waiting for a connection. Whoever removes it from
@@ -70,7 +76,9 @@ func (p *hostPool) roundTripAttempts(r *request) (*http.Response, error) {
 		t.GetConn(p.key.dialAddr()) // the proxy's address if proxied, as net/http
 	}
 	alone := false
-	for n := 1; ; n++ {
+	failures := 0 // attempts that failed after being written
+	moves := 0    // attempts redirected before an answer: not written, or resent
+	for {
 		if err := r.ctx.Err(); err != nil {
 			return nil, context.Cause(r.ctx)
 		}
@@ -81,8 +89,12 @@ func (p *hostPool) roundTripAttempts(r *request) (*http.Response, error) {
 		}
 		if err := c.send(a); err != nil {
 			p.release(c)
-			if err == errNotWritten && n < maxAttempts*2 {
+			if err == errNotWritten && moves < maxMoves {
+				moves++
 				continue // RFC 9112 §9.3.1: nothing was sent; always safe
+			}
+			if err == errNotWritten {
+				err = &ConnError{Err: errTooManyMoves}
 			}
 			return nil, err
 		}
@@ -95,10 +107,14 @@ func (p *hostPool) roundTripAttempts(r *request) (*http.Response, error) {
 			return nil, ErrTransportClosed
 		}
 		if res.retry {
-			if n < maxAttempts*2 {
+			// Resent from behind a response that closed the connection or
+			// streams a large body: progress was made on that connection,
+			// so this is not a failure.
+			if moves < maxMoves {
+				moves++
 				continue
 			}
-			res.err = &ConnError{Err: errors.New("too many attempts"), Written: true}
+			res.err = &ConnError{Err: errTooManyMoves, Written: true}
 		}
 		var ce *ConnError
 		if !errors.As(res.err, &ce) {
@@ -109,7 +125,8 @@ func (p *hostPool) roundTripAttempts(r *request) (*http.Response, error) {
 		}
 		// RFC 9112 §9.3.2: retry unanswered requests only if they are
 		// idempotent and replayable; RFC 9110 §9.2.2 asks for a bound.
-		if r.replayable && n < maxAttempts {
+		failures++
+		if r.replayable && failures < maxAttempts && ce.Err != errTooManyMoves {
 			alone = true
 			continue
 		}
@@ -117,6 +134,8 @@ func (p *hostPool) roundTripAttempts(r *request) (*http.Response, error) {
 		return nil, ce
 	}
 }
+
+var errTooManyMoves = errors.New("pipelined: request moved between connections too many times")
 
 // await waits for a's outcome or for its caller to give up.
 func (p *hostPool) await(a *attempt) result {
@@ -195,6 +214,11 @@ func (p *hostPool) assignLocked(c *pconn, a *attempt) {
 	a.c = c
 	wasIdle := c.inflight == 0
 	c.inflight++
+	c.assigned++
+	if p.budget > 0 && c.assigned >= p.budget {
+		c.closing = true
+		c.atBudget = true
+	}
 	if wasIdle {
 		p.tick++
 		c.headTick = p.tick
@@ -346,6 +370,12 @@ func (p *hostPool) gotHeaders(c *pconn, a *attempt, closing bool) {
 	}
 	if closing {
 		c.closing = true
+		if !a.r.closeAfter {
+			c.serverClosed = true
+			if c.assigned > c.served+1 {
+				p.budget = c.served + 1
+			}
+		}
 	}
 	p.dispatchLocked()
 	p.mu.Unlock()
@@ -358,12 +388,30 @@ func (p *hostPool) responseDone(c *pconn) {
 	c.served++
 	p.tick++
 	c.headTick = p.tick
+	var done bool
 	if c.inflight == 0 {
 		c.exclusive = false
 		c.idleSince = time.Now()
 		p.startIdleTimerLocked(c)
+		if c.atBudget && !c.serverClosed {
+			// The server would have answered more: forget the budget
+			// and learn it again from the next close.
+			p.budget = 0
+		}
+		done = c.closing
 	}
 	p.dispatchLocked()
+	p.mu.Unlock()
+	if done {
+		// Nothing more will be written on it: let it go.
+		c.fail(errConnClosing)
+	}
+}
+
+// markClosing stops new requests from being assigned to c.
+func (p *hostPool) markClosing(c *pconn) {
+	p.mu.Lock()
+	c.closing = true
 	p.mu.Unlock()
 }
 

@@ -45,8 +45,15 @@ const (
 	// discarded to keep a connection when the body is closed early.
 	maxDrain = 256 << 10
 
-	// maxAttempts bounds how many times one request is sent.
+	// maxAttempts bounds how many times one request is sent after
+	// failures of the connection it was written on.
 	maxAttempts = 4
+
+	// maxMoves bounds how many times one request is moved to another
+	// connection without having failed: not written before its connection
+	// closed, or resent from behind a response that closed the connection
+	// or streams a large body. Each move follows progress elsewhere.
+	maxMoves = 64
 )
 
 // TransportOptions configures a [Transport]. Fields that have a twin in
@@ -102,29 +109,6 @@ type TransportOptions struct {
 	// lock. See docs/connecting.md.
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 
-	// ExpectContinueTimeout, if non-zero, is how long to wait for a server's
-	// first response headers after writing the headers of a request that
-	// has "Expect: 100-continue". Zero means no timeout: the body is sent at
-	// once, without waiting for the server. As with net/http, a final
-	// status arriving before any 100 skips the body if the response or the
-	// request closes the connection, and sends it otherwise. Such requests
-	// are never pipelined.
-	ExpectContinueTimeout time.Duration
-
-	// MaxIdleConnsPerHost is the number of idle connections (connections
-	// with nothing in flight) kept per host. Zero means all of them, up to
-	// MaxConnsPerHost; a negative value means none: a connection is closed
-	// as soon as it has nothing in flight. net/http's default is 2: a
-	// pipelined pool is small (MaxConnsPerHost) and is meant to stay warm,
-	// and closing connections that a burst will want back moments later
-	// would bring back the dial churn pipelining avoids.
-	MaxIdleConnsPerHost int
-
-	// MaxIdleConns caps the idle connections (nothing in flight) across all
-	// hosts; when a connection becoming idle exceeds it, the connection idle
-	// for the longest time is closed. Zero means no limit.
-	MaxIdleConns int
-
 	// DialTLSContext, if non-nil, dials TLS connections for https targets
 	// that are not proxied (and to https proxies), replacing DialContext and
 	// the TLS handshake: TLSClientConfig and TLSHandshakeTimeout are then
@@ -169,6 +153,29 @@ type TransportOptions struct {
 	// proxyURL in a CONNECT request to target (host:port). A nil header
 	// with a nil error sends none; an error fails the dial.
 	GetProxyConnectHeader func(ctx context.Context, proxyURL *url.URL, target string) (http.Header, error)
+
+	// ExpectContinueTimeout, if non-zero, is how long to wait for a server's
+	// first response headers after writing the headers of a request that
+	// has "Expect: 100-continue". Zero means no timeout: the body is sent at
+	// once, without waiting for the server. As with net/http, a final
+	// status arriving before any 100 skips the body if the response or the
+	// request closes the connection, and sends it otherwise. Such requests
+	// are never pipelined.
+	ExpectContinueTimeout time.Duration
+
+	// MaxIdleConnsPerHost is the number of idle connections (connections
+	// with nothing in flight) kept per host. Zero means all of them, up to
+	// MaxConnsPerHost; a negative value means none: a connection is closed
+	// as soon as it has nothing in flight. net/http's default is 2: a
+	// pipelined pool is small (MaxConnsPerHost) and is meant to stay warm,
+	// and closing connections that a burst will want back moments later
+	// would bring back the dial churn pipelining avoids.
+	MaxIdleConnsPerHost int
+
+	// MaxIdleConns caps the idle connections (nothing in flight) across all
+	// hosts; when a connection becoming idle exceeds it, the connection idle
+	// for the longest time is closed. Zero means no limit.
+	MaxIdleConns int
 }
 
 // Transport is an [http.RoundTripper] that pipelines HTTP/1.1 requests over
@@ -182,7 +189,7 @@ type Transport struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // connection readers and dials
 
-	mu     sync.Mutex // guards pools and closed
+	mu     sync.RWMutex // guards pools and closed
 	pools  map[poolKey]*hostPool
 	closed bool
 }
@@ -238,12 +245,21 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // pool returns the pool for key, creating it.
 func (t *Transport) pool(key poolKey) (*hostPool, error) {
+	t.mu.RLock()
+	p, closed := t.pools[key], t.closed
+	t.mu.RUnlock()
+	if closed {
+		return nil, ErrTransportClosed
+	}
+	if p != nil {
+		return p, nil
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
 		return nil, ErrTransportClosed
 	}
-	p := t.pools[key]
+	p = t.pools[key]
 	if p == nil {
 		p = newHostPool(t, key)
 		t.pools[key] = p
