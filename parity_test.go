@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,8 @@ import (
 	"net/http/httptrace"
 	"net/textproto"
 	"net/url"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -822,4 +825,123 @@ func TestIdleLimits(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestOptionsFrom sets every field of http.Transport and checks that each
+// one with a twin in TransportOptions is carried over, so that a new twin
+// cannot be forgotten.
+func TestOptionsFrom(t *testing.T) {
+	var ht http.Transport
+	hv := reflect.ValueOf(&ht).Elem()
+	for i := range hv.NumField() {
+		f := hv.Field(i)
+		if !hv.Type().Field(i).IsExported() {
+			continue
+		}
+		switch f.Kind() {
+		case reflect.Bool:
+			f.SetBool(true)
+		case reflect.Int, reflect.Int64:
+			f.SetInt(7)
+		case reflect.Func:
+			f.Set(reflect.MakeFunc(f.Type(), func(args []reflect.Value) []reflect.Value {
+				out := make([]reflect.Value, f.Type().NumOut())
+				for j := range out {
+					out[j] = reflect.Zero(f.Type().Out(j))
+				}
+				return out
+			}))
+		case reflect.Map:
+			f.Set(reflect.MakeMap(f.Type()))
+			if f.Type() == reflect.TypeOf(http.Header{}) {
+				f.Set(reflect.ValueOf(http.Header{"X-A": {"b"}}))
+			}
+		case reflect.Pointer:
+			f.Set(reflect.New(f.Type().Elem()))
+		}
+	}
+	ht.TLSClientConfig.ServerName = "example.com"
+
+	o := OptionsFrom(&ht)
+	ov := reflect.ValueOf(o)
+	var noTwin []string
+	for i := range hv.NumField() {
+		name := hv.Type().Field(i).Name
+		if !hv.Type().Field(i).IsExported() {
+			continue
+		}
+		of := ov.FieldByName(name)
+		if !of.IsValid() {
+			noTwin = append(noTwin, name)
+			continue
+		}
+		if of.IsZero() {
+			t.Errorf("OptionsFrom: %s not carried over", name)
+		}
+	}
+	// Dial and DialTLS are carried through DialContext and DialTLSContext.
+	want := []string{"Dial", "DialTLS", "ForceAttemptHTTP2", "HTTP2", "Protocols", "TLSNextProto"}
+	slices.Sort(noTwin)
+	if d := cmp.Diff(want, noTwin); d != "" {
+		t.Errorf("http.Transport fields without a twin (-documented +actual):\n%s", d)
+	}
+	if o.TLSClientConfig == ht.TLSClientConfig || o.TLSClientConfig.ServerName != "example.com" {
+		t.Errorf("OptionsFrom: TLSClientConfig = %p, want a clone of %p", o.TLSClientConfig, ht.TLSClientConfig)
+	}
+	if o.ProxyConnectHeader.Get("X-A") != "b" {
+		t.Errorf("OptionsFrom: ProxyConnectHeader = %v, want a copy", o.ProxyConnectHeader)
+	}
+	o.ProxyConnectHeader.Set("X-A", "changed")
+	if ht.ProxyConnectHeader.Get("X-A") != "b" {
+		t.Errorf("OptionsFrom: ProxyConnectHeader shares its map with the http.Transport")
+	}
+
+	// The deprecated dialers are wrapped when the context ones are nil.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer srv.Close()
+	dialed := 0
+	old := &http.Transport{Dial: func(network, addr string) (net.Conn, error) {
+		dialed++
+		return net.Dial(network, addr)
+	}}
+	tr := parTransport(t, OptionsFrom(old))
+	req, _ := http.NewRequestWithContext(parCtx(t), "GET", srv.URL, nil)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if dialed != 1 {
+		t.Errorf("http.Transport.Dial called %d times through OptionsFrom, want 1", dialed)
+	}
+
+	// The default transport converts and works.
+	tr = parTransport(t, OptionsFrom(http.DefaultTransport.(*http.Transport)))
+	req, _ = http.NewRequestWithContext(parCtx(t), "GET", srv.URL, nil)
+	if resp, err := tr.RoundTrip(req); err != nil {
+		t.Errorf("RoundTrip with OptionsFrom(http.DefaultTransport) = %v", err)
+	} else {
+		resp.Body.Close()
+	}
+}
+
+func TestClone(t *testing.T) {
+	o := TransportOptions{
+		PipelineDepth:      3,
+		TLSClientConfig:    &tls.Config{ServerName: "a"},
+		ProxyConnectHeader: http.Header{"X": {"1"}},
+	}
+	tr := parTransport(t, o)
+	c := tr.Clone()
+	defer c.Close()
+	if c == tr || c.opts.PipelineDepth != 3 {
+		t.Fatalf("Clone() = %p with depth %d, want a new Transport with depth 3", c, c.opts.PipelineDepth)
+	}
+	if c.opts.TLSClientConfig == tr.opts.TLSClientConfig || c.opts.TLSClientConfig.ServerName != "a" {
+		t.Errorf("Clone: TLSClientConfig not deep-copied")
+	}
+	c.opts.ProxyConnectHeader.Set("X", "2")
+	if tr.opts.ProxyConnectHeader.Get("X") != "1" {
+		t.Errorf("Clone: ProxyConnectHeader shared with the original")
+	}
 }
