@@ -945,3 +945,38 @@ func TestClone(t *testing.T) {
 		t.Errorf("Clone: ProxyConnectHeader shared with the original")
 	}
 }
+
+// TestGotConnPipelined checks GotConn for a request written behind another
+// on the same connection: Reused, not WasIdle.
+func TestGotConnPipelined(t *testing.T) {
+	u, release := parHoldServer(t)
+	tr := parTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 2})
+	infos := make(chan httptrace.GotConnInfo, 2)
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := httptrace.WithClientTrace(parCtx(t), &httptrace.ClientTrace{
+				GotConn: func(i httptrace.GotConnInfo) { infos <- i },
+			})
+			req, _ := http.NewRequestWithContext(ctx, "GET", u, nil)
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}()
+		if i == 0 {
+			<-infos // the first one owns the fresh connection
+		}
+	}
+	second := <-infos
+	close(release)
+	wg.Wait()
+	if !second.Reused || second.WasIdle {
+		t.Errorf("GotConn for a pipelined request = %+v, want Reused and not WasIdle", second)
+	}
+}
