@@ -627,3 +627,233 @@ func TestReadAheadBound(t *testing.T) {
 	tr.Close()
 	leaks()
 }
+
+// TestHeadOfLineResend: requests pipelined behind a head whose response
+// stalls are re-sent on another connection after HeadOfLineTimeout, and
+// complete while the head is still stalled; the late answers on the stalled
+// connection are read and discarded, and that connection stays usable.
+func TestHeadOfLineResend(t *testing.T) {
+	leaks := goroutineLeakCheck(t)
+	releaseA := make(chan struct{})
+	releaseB := make(chan struct{})
+	s := newFaultServer(t, func(_, _ int, req *http.Request) fault {
+		switch {
+		case strings.HasSuffix(req.URL.Path, "/slowA"):
+			<-releaseA
+		case strings.HasSuffix(req.URL.Path, "/slowB"):
+			<-releaseB
+		}
+		return faultNone
+	})
+	defer func() {
+		// Never leave the server blocked, whatever happened.
+		select {
+		case <-releaseA:
+		default:
+			close(releaseA)
+		}
+		select {
+		case <-releaseB:
+		default:
+			close(releaseB)
+		}
+	}()
+	tr := NewTransport(TransportOptions{MaxConnsPerHost: 2, PipelineDepth: 4, HeadOfLineTimeout: 50 * time.Millisecond})
+	defer tr.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	get := func(path string) (string, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.url(path), nil)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return string(b), err
+	}
+	type res struct {
+		path, body string
+		err        error
+	}
+	results := make(chan res, 16)
+	start := func(path string) {
+		go func() {
+			b, err := get(path)
+			results <- res{path, b, err}
+		}()
+	}
+	// Two stalled heads, one per connection.
+	start("/get/slowA")
+	waitUntil(t, func() bool { return s.reqs.Load() == 1 })
+	start("/get/slowB")
+	waitUntil(t, func() bool { return s.reqs.Load() == 2 })
+	// Pipelined behind them: least-inflight spreads them over both.
+	const n = 6
+	for i := range n {
+		start(fmt.Sprintf("/get/f%d", i))
+	}
+	waitUntil(t, func() bool { return tr.Stats()["http://"+s.addr].InFlight >= 2+n })
+	// B answers; whatever is stuck behind A is re-sent (to B's connection)
+	// after HeadOfLineTimeout and must complete while A is still stalled.
+	close(releaseB)
+	for range n + 1 {
+		select {
+		case r := <-results:
+			want := strings.TrimPrefix(r.path, "/get/")
+			if r.err != nil || r.body != want {
+				t.Errorf("GET %s = %q, %v, want %q", r.path, r.body, r.err, want)
+			}
+		case <-ctx.Done():
+			t.Fatal("requests behind a stalled head did not complete: no head-of-line protection")
+		}
+	}
+	close(releaseA)
+	if r := <-results; r.err != nil || r.body != "slowA" {
+		t.Errorf("GET /get/slowA = %q, %v, want %q", r.body, r.err, "slowA")
+	}
+	// Both connections remain usable: the late answers were discarded.
+	for i := range 8 {
+		path := fmt.Sprintf("/get/after%d", i)
+		if b, err := get(path); err != nil || b != fmt.Sprintf("after%d", i) {
+			t.Errorf("GET %s = %q, %v", path, b, err)
+		}
+	}
+	if got := s.conns.Load(); got != 2 {
+		t.Errorf("server saw %d connections, want 2 (the stalled one kept)", got)
+	}
+	tr.Close()
+	leaks()
+}
+
+// TestHeadOfLineDisabled: with a negative HeadOfLineTimeout nothing is
+// re-sent, however long the head stalls.
+func TestHeadOfLineDisabled(t *testing.T) {
+	release := make(chan struct{})
+	s := newFaultServer(t, func(_, _ int, req *http.Request) fault {
+		if strings.HasSuffix(req.URL.Path, "/slow") {
+			<-release
+		}
+		return faultNone
+	})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	defer unblock()
+	tr := NewTransport(TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 4, HeadOfLineTimeout: -1})
+	defer tr.Close()
+	var wg sync.WaitGroup
+	for _, p := range []string{"/get/slow", "/get/x", "/get/y"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequest(http.MethodGet, s.url(p), nil)
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Errorf("GET %s: %v", p, err)
+				return
+			}
+			resp.Body.Close()
+		}()
+		waitUntil(t, func() bool { return tr.Stats()["http://"+s.addr].Open == 1 })
+	}
+	waitUntil(t, func() bool { return tr.Stats()["http://"+s.addr].InFlight == 3 })
+	time.Sleep(20 * time.Millisecond) // a disabled timer must not fire anyway
+	unblock()
+	wg.Wait()
+	if got := s.reqs.Load(); got != 3 {
+		t.Errorf("server read %d requests, want 3 (nothing re-sent)", got)
+	}
+}
+
+// TestPipelineFallback: a host whose connections are closed whenever
+// requests are pipelined on them (a middlebox that cannot pipeline) falls
+// back to depth 1, which Stats reports, and then serves every request.
+func TestPipelineFallback(t *testing.T) {
+	leaks := goroutineLeakCheck(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var swg sync.WaitGroup
+	var smu sync.Mutex
+	var sconns []net.Conn
+	swg.Add(1)
+	go func() {
+		defer swg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			smu.Lock()
+			sconns = append(sconns, c)
+			smu.Unlock()
+			swg.Add(1)
+			go func() {
+				defer swg.Done()
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					time.Sleep(time.Millisecond) // let pipelined bytes arrive
+					if br.Buffered() > 0 {
+						return // pipelined: drop the connection unanswered
+					}
+					p := req.URL.Path
+					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(p), p)
+				}
+			}()
+		}
+	}()
+	defer func() {
+		l.Close()
+		smu.Lock()
+		for _, c := range sconns {
+			c.Close()
+		}
+		smu.Unlock()
+		swg.Wait()
+	}()
+	tr := NewTransport(TransportOptions{MaxConnsPerHost: 2, PipelineDepth: 4})
+	defer tr.Close()
+	key := "http://" + l.Addr().String()
+	var wg sync.WaitGroup
+	var errs atomic.Int64
+	load := func(round, n int) {
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				path := fmt.Sprintf("/r%d/%d", round, i)
+				req, _ := http.NewRequest(http.MethodGet, "http://"+l.Addr().String()+path, nil)
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					errs.Add(1)
+					return
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if string(b) != path {
+					t.Errorf("GET %s = %q", path, b)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	for round := 0; round < 20 && tr.Stats()[key].PipelineDepth != 1; round++ {
+		load(round, 16)
+	}
+	if d := tr.Stats()[key].PipelineDepth; d != 1 {
+		t.Fatalf("Stats().PipelineDepth = %d after repeated pipeline failures, want 1", d)
+	}
+	errs.Store(0)
+	load(100, 32)
+	if n := errs.Load(); n != 0 {
+		t.Errorf("%d of 32 requests failed at depth 1, want 0", n)
+	}
+	tr.Close()
+	leaks()
+}

@@ -51,11 +51,14 @@ type pconn struct {
 	deadlineMu sync.Mutex // guards armed and read-deadline changes
 	armed      *attempt   // the attempt whose header timeout is running
 
+	hol holGuard // head-of-line timer (holprotect.go); has its own mutex
+
 	// Scheduling state, guarded by p.mu (see scheduler.go).
 	inflight     int       // attempts assigned and not yet answered
 	exclusive    bool      // an attempt that nothing may follow is unanswered
 	closing      bool      // takes no more requests
 	large        bool      // the head response is streaming a large body
+	slow         bool      // the head has waited past HeadOfLineTimeout (holprotect.go)
 	reserved     bool      // kept for a request that needs an idle connection
 	served       int       // responses completed
 	assigned     int       // requests assigned, ever
@@ -146,6 +149,11 @@ func (c *pconn) send(a *attempt) error {
 		tunnel, body = body, nil
 	}
 	werr := writeRequest(c.bw, r, body, c.waitForContinue(a))
+	if t := r.trace; t != nil && t.WroteRequest != nil {
+		// As net/http: once written to the buffer, before the flush, so
+		// that it always precedes GotFirstResponseByte.
+		t.WroteRequest(httptraceWroteRequest(werr))
+	}
 	// A pipelineable request is flushed by the last of the writers that
 	// queue up behind one another (see flushSoon); others at once.
 	deferFlush := r.pipelineable && !a.alone && tunnel == nil
@@ -162,9 +170,6 @@ func (c *pconn) send(a *attempt) error {
 			c.conn.SetWriteDeadline(time.Time{})
 		}
 		c.wdMu.Unlock()
-	}
-	if t := r.trace; t != nil && t.WroteRequest != nil {
-		t.WroteRequest(httptraceWroteRequest(werr))
 	}
 	if werr != nil {
 		var be *requestBodyError
@@ -265,8 +270,12 @@ func (c *pconn) flushLeftovers() {
 // unanswered request on c. The second call starts the timer, as a read
 // deadline on the connection.
 func (c *pconn) armHeaderTimeout(a *attempt) {
+	if a.arm.Add(1) != 2 {
+		return
+	}
+	c.holStart(a)
 	d := c.p.t.opts.ResponseHeaderTimeout
-	if d <= 0 || a.arm.Add(1) != 2 {
+	if d <= 0 {
 		return
 	}
 	c.deadlineMu.Lock()
@@ -346,6 +355,7 @@ func (c *pconn) readResponses() error {
 		}
 		resp, f, err := readResponseHead(c.br, a.r.method, limit, interimHook(a))
 		armed := c.disarm(a)
+		c.holStop()
 		if err != nil {
 			if armed && isTimeout(err) {
 				return errResponseHeaderTimeout
@@ -603,6 +613,8 @@ func (c *pconn) fail(err error) {
 	}
 	c.fifo = nil
 	c.mu.Unlock()
+	c.holStop()
+	c.p.notePipelineFailure(err, len(unanswered))
 	c.p.connDead(c)
 	final := isFinalError(err)
 	for i, a := range unanswered {

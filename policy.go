@@ -50,7 +50,7 @@ func (lw *leastWait) pipeline(conns []*pconn, depth int) *pconn {
 			j -= n
 		}
 		c := conns[j]
-		if c.closing || c.exclusive || c.large || c.reserved || c.inflight >= depth {
+		if c.closing || c.exclusive || c.large || c.slow || c.reserved || c.inflight >= depth {
 			continue
 		}
 		if best == nil || c.inflight < best.inflight ||

@@ -35,6 +35,10 @@ type hostPool struct {
 	// A connection is given no more than budget requests, so that none
 	// are written only to be resent.
 	budget int
+	// Depth fallback (holprotect.go): the times of recent pipeline
+	// failures, and until when the host's effective depth is 1.
+	pipeFailures  []time.Time
+	fallbackUntil time.Time
 }
 
 // waiter is a request waiting for a connection. Whoever removes it from
@@ -169,7 +173,7 @@ func (p *hostPool) acquire(a *attempt) (*pconn, error) {
 	if len(p.waiters) == 0 {
 		c := p.policy.idle(p.conns)
 		if c == nil && !p.canDialLocked() && p.pipelineable(a) {
-			c = p.policy.pipeline(p.conns, p.t.depth)
+			c = p.policy.pipeline(p.conns, p.depthLocked())
 		}
 		if c != nil {
 			p.assignLocked(c, a)
@@ -202,7 +206,7 @@ func (p *hostPool) acquire(a *attempt) (*pconn, error) {
 }
 
 func (p *hostPool) pipelineable(a *attempt) bool {
-	return a.r.pipelineable && !a.alone && p.t.depth > 1
+	return a.r.pipelineable && !a.alone && p.depthLocked() > 1
 }
 
 func (p *hostPool) canDialLocked() bool {
@@ -274,7 +278,7 @@ func (p *hostPool) dispatchLocked() {
 		}
 		c := p.policy.idle(p.conns)
 		if c == nil && covered == 0 && !p.canDialLocked() && p.pipelineable(w.a) {
-			c = p.policy.pipeline(p.conns, p.t.depth)
+			c = p.policy.pipeline(p.conns, p.depthLocked())
 			if c == nil {
 				break // nothing behind it can be placed either
 			}
@@ -490,7 +494,7 @@ func (p *hostPool) close() {
 func (p *hostPool) stats() HostStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := HostStats{Open: len(p.conns), Dialing: p.dialing, Queued: len(p.waiters)}
+	s := HostStats{Open: len(p.conns), Dialing: p.dialing, Queued: len(p.waiters), PipelineDepth: p.depthLocked()}
 	for _, c := range p.conns {
 		s.InFlight += c.inflight
 		if c.inflight == 0 {

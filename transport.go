@@ -82,6 +82,14 @@ type TransportOptions struct {
 	// method reports true.
 	ResponseHeaderTimeout time.Duration
 
+	// HeadOfLineTimeout is how long the oldest request on a connection may
+	// wait for its response headers before the idempotent requests
+	// pipelined behind it are re-sent on other connections (the late
+	// answers are read and discarded) and the connection takes no new
+	// requests until those headers arrive. Zero means
+	// DefaultHeadOfLineTimeout (1 s); a negative value disables it.
+	HeadOfLineTimeout time.Duration
+
 	// MaxResponseHeaderBytes limits the size of a response's header block,
 	// 1xx responses included. Zero means DefaultMaxResponseHeaderBytes.
 	MaxResponseHeaderBytes int64
@@ -309,6 +317,12 @@ type HostStats struct {
 	Idle     int // established connections with no request in flight
 	InFlight int // requests written or assigned to a connection, not yet answered
 	Queued   int // requests waiting for a connection
+
+	// PipelineDepth is the host's effective pipeline depth: the
+	// Transport's, or 1 while the host is in fallback after its
+	// connections repeatedly failed with pipelined requests outstanding
+	// (see docs/reliability.md).
+	PipelineDepth int
 }
 
 // Stats returns a snapshot of every host's pool, keyed by

@@ -1,0 +1,183 @@
+package pipelined
+
+import (
+	"errors"
+	"io"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// This file protects pipelined requests from head-of-line blocking and
+// pipelining-hostile hosts:
+//
+//   - Slow head. When the oldest request on a connection has waited longer
+//     than TransportOptions.HeadOfLineTimeout for its response headers, the
+//     idempotent requests written behind it are re-sent on other
+//     connections (their late answers are read and discarded), and the
+//     connection takes no new requests until the head's headers arrive.
+//   - Depth fallback. A host whose connections fail with pipelined requests
+//     outstanding (malformed responses, closes or resets mid-pipeline)
+//     pipelineFallbackAfter times within pipelineFailureWindow gets an
+//     effective depth of 1 for pipelineFallbackFor.
+
+const (
+	// DefaultHeadOfLineTimeout is TransportOptions.HeadOfLineTimeout when
+	// it is zero. One second is far above a typical response time (so
+	// ordinary responses never trigger it and re-sends stay rare: each
+	// one costs the server a duplicate request), yet short enough that a
+	// request stuck behind a long-polling or slow handler moves on at
+	// about the time a user would notice the stall.
+	DefaultHeadOfLineTimeout = time.Second
+
+	// pipelineFallbackAfter pipeline failures within pipelineFailureWindow
+	// put a host at depth 1 for pipelineFallbackFor.
+	pipelineFallbackAfter = 3
+	pipelineFailureWindow = 10 * time.Second
+	pipelineFallbackFor   = 30 * time.Second
+)
+
+// holTimeout returns the effective head-of-line threshold; <= 0 disables.
+func (t *Transport) holTimeout() time.Duration {
+	d := t.opts.HeadOfLineTimeout
+	if d == 0 {
+		return DefaultHeadOfLineTimeout
+	}
+	return d
+}
+
+// holGuard is the head-of-line timer of one connection. Its mutex guards
+// its fields; the timer's callback runs in its own goroutine.
+type holGuard struct {
+	mu    sync.Mutex
+	head  *attempt // the head whose timer is running
+	timer *time.Timer
+}
+
+// holStart starts a's head-of-line timer: a is fully written and has just
+// become the oldest unanswered request on c.
+func (c *pconn) holStart(a *attempt) {
+	d := c.p.t.holTimeout()
+	if d <= 0 || c.p.t.depth <= 1 {
+		return
+	}
+	c.mu.Lock()
+	head := len(c.fifo) > 0 && c.fifo[0] == a && !a.headersRead
+	c.mu.Unlock()
+	if !head {
+		return // answered already
+	}
+	g := &c.hol
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.timer != nil {
+		g.timer.Stop()
+	}
+	g.head = a
+	g.timer = time.AfterFunc(d, func() { c.holFire(a) })
+}
+
+// holStop stops the head-of-line timer (a's headers arrived, or c is
+// closing) and lets c take new requests again if the head was slow.
+func (c *pconn) holStop() {
+	g := &c.hol
+	g.mu.Lock()
+	if g.timer != nil {
+		g.timer.Stop()
+		g.timer = nil
+	}
+	g.head = nil
+	g.mu.Unlock()
+	c.p.setSlow(c, false)
+}
+
+// holFire runs when head a has waited too long for its headers.
+func (c *pconn) holFire(a *attempt) {
+	g := &c.hol
+	g.mu.Lock()
+	current := g.head == a
+	g.mu.Unlock()
+	if !current {
+		return
+	}
+	c.mu.Lock()
+	stuck := !c.dead && len(c.fifo) > 0 && c.fifo[0] == a && !a.headersRead
+	behind := len(c.fifo) - 1
+	c.mu.Unlock()
+	if !stuck {
+		return
+	}
+	// Nothing new goes behind a slow head; what is already behind it, and
+	// idempotent (nothing else is ever written behind another request),
+	// is re-sent elsewhere. Its slots stay in fifo: late answers are read
+	// and discarded, so the connection stays usable.
+	c.p.setSlow(c, true)
+	if behind > 0 {
+		c.resendBehind()
+	}
+}
+
+// setSlow records whether c's head is slow. A slow connection takes no new
+// requests.
+func (p *hostPool) setSlow(c *pconn, on bool) {
+	p.mu.Lock()
+	was := c.slow
+	c.slow = on
+	if was && !on {
+		p.dispatchLocked()
+	}
+	p.mu.Unlock()
+}
+
+// depthLocked returns the host's effective pipeline depth: 1 while it is
+// in fallback after repeated pipeline failures. p.mu must be held.
+func (p *hostPool) depthLocked() int {
+	if p.t.depth > 1 && !p.fallbackUntil.IsZero() && time.Now().Before(p.fallbackUntil) {
+		return 1
+	}
+	return p.t.depth
+}
+
+// notePipelineFailure is called when c failed with err while unanswered
+// requests were outstanding on it. Failures with more than one request
+// outstanding count towards the depth fallback.
+func (p *hostPool) notePipelineFailure(err error, unanswered int) {
+	if unanswered < 2 || p.t.depth <= 1 || !isPipelineFailure(err) {
+		return
+	}
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// Keep the times of the last pipelineFallbackAfter failures.
+	p.pipeFailures = append(p.pipeFailures, now)
+	if len(p.pipeFailures) > pipelineFallbackAfter {
+		p.pipeFailures = p.pipeFailures[len(p.pipeFailures)-pipelineFallbackAfter:]
+	}
+	if len(p.pipeFailures) == pipelineFallbackAfter && now.Sub(p.pipeFailures[0]) <= pipelineFailureWindow {
+		p.fallbackUntil = now.Add(pipelineFallbackFor)
+		p.pipeFailures = p.pipeFailures[:0]
+	}
+}
+
+// isPipelineFailure reports whether a connection that failed with err
+// suggests that the host (or a middlebox) mishandles pipelining: a
+// malformed response, or a close or reset the server did not announce.
+// Closes the client caused, announced closes and timeouts do not count.
+func isPipelineFailure(err error) bool {
+	switch {
+	case err == nil, errors.Is(err, ErrTransportClosed), err == errConnClosing, err == errIdleClosed,
+		err == errIdleTimeout, err == errClosedIdle, err == errDrainTooLong, err == errUpgraded,
+		err == errResponseHeaderTimeout, isTimeout(err):
+		return false
+	}
+	var fe *FramingError
+	if errors.As(err, &fe) || errors.Is(err, ErrUnsolicitedResponse) {
+		return true
+	}
+	// An unannounced close or reset mid-pipeline.
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || isConnReset(err)
+}
+
+func isConnReset(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
