@@ -253,6 +253,11 @@ func FuzzPipelineMatch(f *testing.F) {
 					break
 				}
 			}
+			if !matched && len(tried) == 0 {
+				// The server closed before it recorded this request (it
+				// still received it): its position is unknown.
+				continue
+			}
 			if !matched {
 				t.Errorf("request %s got %d X-Id %q body %q; the stream assigns it %v", id, g.status, g.xid, g.body, tried)
 			}
