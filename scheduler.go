@@ -238,7 +238,9 @@ func (p *hostPool) assignLocked(c *pconn, a *attempt) {
 		c.closing = true
 	}
 	if t := a.r.trace; t != nil && t.GotConn != nil {
-		info := httptrace.GotConnInfo{Conn: c.conn, Reused: c.served > 0, WasIdle: wasIdle && c.served > 0}
+		// Pipelined behind requests in flight: the connection is reused
+		// but was not idle (docs/parity.md).
+		info := httptrace.GotConnInfo{Conn: c.conn, Reused: c.served > 0 || !wasIdle, WasIdle: wasIdle && c.served > 0}
 		if info.WasIdle {
 			info.IdleTime = time.Since(c.idleSince)
 		}
