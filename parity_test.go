@@ -980,3 +980,43 @@ func TestGotConnPipelined(t *testing.T) {
 		t.Errorf("GotConn for a pipelined request = %+v, want Reused and not WasIdle", second)
 	}
 }
+
+// TestChunkedBodyStreams checks that each chunk of a request body of unknown
+// length is flushed as the body yields it, as net/http does: the server gets
+// the first part while the caller still holds the rest.
+func TestChunkedBodyStreams(t *testing.T) {
+	gotFirst := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		buf := make([]byte, 5)
+		if _, err := io.ReadFull(r.Body, buf); err != nil || string(buf) != "first" {
+			http.Error(w, "bad first chunk", 400)
+			return
+		}
+		close(gotFirst)
+		rest, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "%s+%s", buf, rest)
+	}))
+	defer srv.Close()
+	tr := parTransport(t, TransportOptions{})
+	pr, pw := io.Pipe()
+	go func() {
+		io.WriteString(pw, "first")
+		select {
+		case <-gotFirst:
+			io.WriteString(pw, "second")
+			pw.Close()
+		case <-time.After(time.Minute):
+			pw.CloseWithError(errors.New("the first chunk never reached the server"))
+		}
+	}()
+	req, _ := http.NewRequestWithContext(parCtx(t), "POST", srv.URL, pr)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if string(body) != "first+second" {
+		t.Errorf("body = %q, want %q", body, "first+second")
+	}
+}

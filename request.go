@@ -354,8 +354,11 @@ func (cw *chunkWriter) Write(p []byte) (int, error) {
 	cw.w.WriteString(strconv.FormatInt(int64(len(p)), 16))
 	cw.w.WriteString("\r\n")
 	cw.w.Write(p)
-	_, err := cw.w.WriteString("\r\n")
-	if err != nil {
+	cw.w.WriteString("\r\n")
+	// As net/http (internal.FlushAfterChunkWriter): each chunk reaches the
+	// server as soon as the caller's body yields it, so that a streaming
+	// body streams.
+	if err := cw.w.Flush(); err != nil {
 		return 0, err
 	}
 	return len(p), nil
