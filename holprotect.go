@@ -47,11 +47,14 @@ func (t *Transport) holTimeout() time.Duration {
 }
 
 // holGuard is the head-of-line timer of one connection. Its mutex guards
-// its fields; the timer's callback runs in its own goroutine.
+// its fields; the timer's callback runs in its own goroutine. One timer
+// per connection is reused for every head, so that the guard costs no
+// allocation per request.
 type holGuard struct {
 	mu    sync.Mutex
 	head  *attempt // the head whose timer is running
 	timer *time.Timer
+	slow  bool // setSlow(c, true) was called for the current head
 }
 
 // holStart starts a's head-of-line timer: a is fully written and has just
@@ -70,11 +73,12 @@ func (c *pconn) holStart(a *attempt) {
 	g := &c.hol
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.timer != nil {
-		g.timer.Stop()
-	}
 	g.head = a
-	g.timer = time.AfterFunc(d, func() { c.holFire(a) })
+	if g.timer == nil {
+		g.timer = time.AfterFunc(d, c.holFireCurrent)
+	} else {
+		g.timer.Reset(d)
+	}
 }
 
 // holStop stops the head-of-line timer (a's headers arrived, or c is
@@ -84,11 +88,25 @@ func (c *pconn) holStop() {
 	g.mu.Lock()
 	if g.timer != nil {
 		g.timer.Stop()
-		g.timer = nil
 	}
 	g.head = nil
+	if g.slow {
+		g.slow = false
+		c.p.setSlow(c, false)
+	}
 	g.mu.Unlock()
-	c.p.setSlow(c, false)
+}
+
+// holFireCurrent is the timer's callback: it checks the head it was
+// started for, if that is still the current one.
+func (c *pconn) holFireCurrent() {
+	g := &c.hol
+	g.mu.Lock()
+	a := g.head
+	g.mu.Unlock()
+	if a != nil {
+		c.holFire(a)
+	}
 }
 
 // holFire runs when head a has waited too long for its headers.
@@ -111,7 +129,16 @@ func (c *pconn) holFire(a *attempt) {
 	// idempotent (nothing else is ever written behind another request),
 	// is re-sent elsewhere. Its slots stay in fifo: late answers are read
 	// and discarded, so the connection stays usable.
+	g.mu.Lock()
+	if g.head != a {
+		g.mu.Unlock()
+		return
+	}
+	// Under g.mu (lock order: holGuard.mu, then hostPool.mu), so that a
+	// concurrent holStop cannot clear it first.
+	g.slow = true
 	c.p.setSlow(c, true)
+	g.mu.Unlock()
 	if behind > 0 {
 		c.resendBehind()
 	}

@@ -30,15 +30,10 @@ func (c *pconn) afterResponse(a *attempt, closing bool) {
 	var err error
 	if closing {
 		err = errConnClosing
-	} else {
+	} else if o.MaxIdleConnsPerHost != 0 { // zero keeps them all: nothing to count
 		p.mu.Lock()
 		if c.inflight == 0 && !c.closing {
-			limit := o.MaxIdleConnsPerHost
-			if limit == 0 {
-				limit = len(p.conns) // keep them all
-			} else if limit < 0 {
-				limit = 0
-			}
+			limit := max(o.MaxIdleConnsPerHost, 0)
 			idle := 0
 			for _, o := range p.conns {
 				if o.inflight == 0 && !o.closing {

@@ -465,10 +465,21 @@ func (c *pconn) finishResponse(a *attempt, closing bool) {
 // stream lends the connection to a's caller for a large body and waits for
 // it back.
 func (c *pconn) stream(a *attempt, resp *http.Response, r io.Reader, cr *chunkedReader, remain func() int64) error {
-	// Nothing new goes behind a large body, and what is already behind it
-	// is sent elsewhere (its late answers are read and discarded).
+	// Nothing new goes behind a large body. What is already behind it is
+	// sent elsewhere (its late answers are read and discarded) if the body
+	// is still being read after the head-of-line timeout: a body that is
+	// read promptly costs the requests behind it less than resending them
+	// costs the server, and an unread one must not hold them forever.
 	c.p.setLarge(c, true)
-	c.resendBehind()
+	var resend *time.Timer
+	if d := c.p.t.holTimeout(); d > 0 {
+		resend = time.AfterFunc(d, c.resendBehind)
+	} else if d <= 0 {
+		c.resendBehind()
+	}
+	if resend != nil {
+		defer resend.Stop()
+	}
 	sb := &streamBody{c: c, ctx: a.r.ctx, r: r, chunked: cr, dst: resp, done: make(chan bodyEvent, 1)}
 	sb.stopCtx = context.AfterFunc(a.r.ctx, func() {
 		c.deadlineMu.Lock()

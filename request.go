@@ -45,6 +45,9 @@ type request struct {
 	proxyAuth      string
 	absoluteURI    bool // absolute-form request target (HTTP proxy)
 	bodyUsed       bool // req.Body was handed to a write
+
+	first attempt     // the first attempt, allocated with the request
+	res   chan result // shared by the request's attempts (see newAttempt)
 }
 
 func newRequest(t *Transport, req *http.Request, key poolKey) *request {
@@ -140,7 +143,17 @@ type result struct {
 }
 
 func newAttempt(r *request, alone bool) *attempt {
-	a := &attempt{r: r, alone: alone, res: make(chan result, 1)}
+	// The first attempt lives in the request, and all attempts share one
+	// result channel: an attempt's outcome is always received (or, once
+	// abandoned, never sent) before the next attempt starts.
+	var a *attempt
+	if r.res == nil {
+		r.res = make(chan result, 1)
+		a = &r.first
+	} else {
+		a = new(attempt)
+	}
+	a.r, a.alone, a.res = r, alone, r.res
 	if r.expectContinue {
 		a.continueCh = make(chan struct{}, 1)
 	}
