@@ -265,6 +265,8 @@ func diffCases() []diffCase {
 		{name: "redirect POST 302", method: "POST", path: "/redirect", body: text("dropped"), length: 7, client: true},
 		{name: "redirect POST 307", method: "POST", path: "/redirect307", body: text("kept"), length: 4, client: true},
 		{name: "client gzip", method: "GET", path: "/gzip", client: true},
+		{name: "large body refused early", method: "POST", path: "/expect-reject",
+			body: func() io.Reader { return bytes.NewReader(make([]byte, 4<<20)) }, length: 4 << 20},
 		{name: "server hangs up", method: "POST", path: "/hangup", body: text("x"), length: 1, errOnly: true},
 		{name: "bad header name", method: "GET", path: "/echo", header: http.Header{"Bad Name": {"v"}}},
 		{name: "bad header value", method: "GET", path: "/echo", header: http.Header{"X-V": {"a\nb"}}},
