@@ -1020,3 +1020,54 @@ func TestChunkedBodyStreams(t *testing.T) {
 		t.Errorf("body = %q, want %q", body, "first+second")
 	}
 }
+
+func TestPutIdleConn(t *testing.T) {
+	srv := httptest.NewServer(diffHandler())
+	defer srv.Close()
+	tests := []struct {
+		name    string
+		opts    TransportOptions
+		path    string
+		wantErr bool
+		called  bool
+	}{
+		{"kept", TransportOptions{}, "/echo", false, true},
+		{"no body", TransportOptions{}, "/204", false, true},
+		{"large body", TransportOptions{}, "/large", false, true},
+		{"response closes", TransportOptions{}, "/close", true, true},
+		{"idle limit", TransportOptions{MaxIdleConnsPerHost: -1}, "/echo", true, true},
+		{"keep-alives disabled", TransportOptions{DisableKeepAlives: true}, "/echo", false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := NewTransport(tt.opts)
+			var mu sync.Mutex
+			var calls []error
+			ctx := httptrace.WithClientTrace(parCtx(t), &httptrace.ClientTrace{
+				PutIdleConn: func(err error) { mu.Lock(); calls = append(calls, err); mu.Unlock() },
+			})
+			req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+tt.path, nil)
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if tt.called {
+				parWait(t, "PutIdleConn called", func() bool { mu.Lock(); defer mu.Unlock(); return len(calls) > 0 })
+			}
+			tr.Close() // waits for the connection's goroutines: no later call
+			mu.Lock()
+			defer mu.Unlock()
+			if !tt.called {
+				if len(calls) != 0 {
+					t.Errorf("PutIdleConn called %v, want no call", calls)
+				}
+				return
+			}
+			if len(calls) != 1 || (calls[0] != nil) != tt.wantErr {
+				t.Errorf("PutIdleConn calls = %v, want one call, error %v", calls, tt.wantErr)
+			}
+		})
+	}
+}
