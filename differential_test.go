@@ -268,6 +268,8 @@ func diffCases() []diffCase {
 		{name: "large body refused early", method: "POST", path: "/expect-reject",
 			body: func() io.Reader { return bytes.NewReader(make([]byte, 4<<20)) }, length: 4 << 20},
 		{name: "server hangs up", method: "POST", path: "/hangup", body: text("x"), length: 1, errOnly: true},
+		{name: "body shorter than ContentLength", method: "POST", path: "/echo", body: stream("short"), length: 10},
+		{name: "body longer than ContentLength", method: "POST", path: "/echo", body: stream("much too long"), length: 4},
 		{name: "bad header name", method: "GET", path: "/echo", header: http.Header{"Bad Name": {"v"}}},
 		{name: "bad header value", method: "GET", path: "/echo", header: http.Header{"X-V": {"a\nb"}}},
 		{name: "bad method", method: "GE T", path: "/echo"},

@@ -341,13 +341,16 @@ func writeBody(w *bufio.Writer, req *http.Request, body io.Reader, cl int64, chu
 		return err
 	}
 	if n == cl {
-		// Detect a body longer than declared, as net/http does.
-		var one [1]byte
-		m, _ := io.ReadFull(body, one[:])
-		n += int64(m)
+		// Detect a body longer than declared and count it all, as net/http
+		// does (transferWriter.writeBody).
+		m, _ := io.Copy(io.Discard, body)
+		n += m
 	}
 	if n != cl {
-		return &requestBodyError{fmt.Errorf("http: ContentLength=%d with Body length %d", cl, n)}
+		// net/http's wording: its transport reports this as a broken
+		// connection (mapRoundTripError).
+		return &requestBodyError{fmt.Errorf("net/http: HTTP/1.x transport connection broken: %w",
+			fmt.Errorf("http: ContentLength=%d with Body length %d", cl, n))}
 	}
 	return nil
 }
