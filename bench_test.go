@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"testing"
+	"time"
 )
 
 // benchServer is a minimal pipelining server for client benchmarks: it
@@ -62,6 +63,31 @@ func BenchmarkClientGet(b *testing.B) {
 	client := &http.Client{Transport: tr}
 	b.ReportAllocs()
 	b.SetParallelism(25) // 25 × GOMAXPROCS(2) = 50 callers
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		req, _ := http.NewRequest("GET", url, nil)
+		for pb.Next() {
+			resp, err := client.Do(req)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	})
+}
+
+// BenchmarkClientGetTimeout is BenchmarkClientGet through a Client with a
+// Timeout, as most programs use it: every request then has a cancellable
+// context.
+func BenchmarkClientGetTimeout(b *testing.B) {
+	url := benchServer(b)
+	tr := NewTransport(TransportOptions{MaxConnsPerHost: 5, PipelineDepth: 10})
+	defer tr.Close()
+	client := &http.Client{Transport: tr, Timeout: time.Minute}
+	b.ReportAllocs()
+	b.SetParallelism(25)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		req, _ := http.NewRequest("GET", url, nil)

@@ -133,13 +133,23 @@ func (c *pconn) send(a *attempt) error {
 
 	var cancelled bool
 	stop := noStop
+	var deadline bool
 	if r.ctx.Done() != nil { // a context that can never be cancelled needs no watch
-		stop = context.AfterFunc(r.ctx, func() {
-			c.wdMu.Lock()
-			cancelled = true
-			c.conn.SetWriteDeadline(aLongTimeAgo)
-			c.wdMu.Unlock()
-		})
+		if body != nil || r.method == http.MethodConnect {
+			stop = context.AfterFunc(r.ctx, func() {
+				c.wdMu.Lock()
+				cancelled = true
+				c.conn.SetWriteDeadline(aLongTimeAgo)
+				c.wdMu.Unlock()
+			})
+		} else if dl, ok := r.ctx.Deadline(); ok {
+			// A request head alone fits in the socket buffer unless the
+			// server has stopped reading: bound it by the context's
+			// deadline rather than watch the context, which costs more
+			// than the write (an AfterFunc registers with the parent).
+			c.conn.SetWriteDeadline(dl)
+			deadline = true
+		}
 	}
 	var tunnel io.ReadCloser
 	if r.method == http.MethodConnect && body != nil && r.req.ContentLength <= 0 {
@@ -159,6 +169,9 @@ func (c *pconn) send(a *attempt) error {
 	deferFlush := r.pipelineable && !a.alone && tunnel == nil
 	if werr == nil && !deferFlush {
 		werr = c.bw.Flush()
+	}
+	if deadline {
+		c.conn.SetWriteDeadline(time.Time{})
 	}
 	<-c.writeLock
 	if werr == nil && deferFlush {

@@ -63,7 +63,11 @@ func newClient(name string, cfg clientConfig) (benchClient, error) {
 			ForceAttemptHTTP2:   false,
 		}
 		return &httpClient{
-			client:    &http.Client{Transport: tr, Timeout: cfg.Timeout},
+			// No Client.Timeout: the run's context bounds every request. For a
+			// RoundTripper other than *http.Transport, http.Client implements
+			// Timeout with a goroutine and a timer per request, which would
+			// measure http.Client rather than the transport.
+			client:    &http.Client{Transport: tr},
 			url:       "http://" + cfg.Addr + "/",
 			close:     tr.CloseIdleConnections,
 			poolStats: func() (poolStats, bool) { return poolStats{}, false },

@@ -18,7 +18,7 @@ func newPipelinedClient(cfg clientConfig, disableKeepAlives bool) (benchClient, 
 		DialContext:       cfg.Dialer.DialContext,
 	})
 	return &httpClient{
-		client: &http.Client{Transport: t, Timeout: cfg.Timeout},
+		client: &http.Client{Transport: t}, // no Timeout: see newClient
 		url:    "http://" + cfg.Addr + "/",
 		close:  func() { t.Close() },
 		poolStats: func() (poolStats, bool) {
