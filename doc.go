@@ -41,7 +41,8 @@
 // to 64 KiB per request in flight, so that small responses behind an unread
 // body do not stall. A larger body streams from the connection; the
 // connection then takes no new requests until that body has been read or
-// closed, and idempotent requests already written behind it are re-sent on
-// another connection. Read-ahead memory is therefore bounded by
-// MaxConnsPerHost × PipelineDepth × 64 KiB per host.
+// closed, and if it is still streaming after HeadOfLineTimeout, idempotent
+// requests already written behind it are re-sent on another connection.
+// Read-ahead memory is therefore bounded by MaxConnsPerHost × PipelineDepth
+// × 64 KiB per host.
 package pipelined
