@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"net/http/httptrace"
 	"net/textproto"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -189,6 +190,9 @@ type diffCase struct {
 	// err: compare only whether an error happened, not its text (the two
 	// transports word connection errors differently).
 	errOnly bool
+	// userinfo adds user:pass@ to the URL; host sets Request.Host.
+	userinfo bool
+	host     string
 }
 
 func (dc diffCase) newRequest(ctx context.Context, base string) *http.Request {
@@ -213,6 +217,12 @@ func (dc diffCase) newRequest(ctx context.Context, base string) *http.Request {
 	}
 	if dc.trailer != nil {
 		req.Trailer = dc.trailer.Clone()
+	}
+	if dc.userinfo {
+		req.URL.User = url.UserPassword("user", "pass")
+	}
+	if dc.host != "" {
+		req.Host = dc.host
 	}
 	return req
 }
@@ -270,6 +280,14 @@ func diffCases() []diffCase {
 		{name: "server hangs up", method: "POST", path: "/hangup", body: text("x"), length: 1, errOnly: true},
 		{name: "body shorter than ContentLength", method: "POST", path: "/echo", body: stream("short"), length: 10},
 		{name: "body longer than ContentLength", method: "POST", path: "/echo", body: stream("much too long"), length: 4},
+		{name: "GET with body", method: "GET", path: "/echo", body: text("get body"), length: 8},
+		{name: "GET empty stream body", method: "GET", path: "/echo", body: stream(""), length: -1},
+		{name: "DELETE stream body", method: "DELETE", path: "/echo", body: stream("gone"), length: -1},
+		{name: "POST empty stream body", method: "POST", path: "/echo", body: stream(""), length: -1},
+		{name: "header spaces", method: "GET", path: "/echo", header: http.Header{"X-Pad": {"  padded  "}}},
+		{name: "user info", method: "GET", path: "/echo", userinfo: true},
+		{name: "user info client", method: "GET", path: "/echo", userinfo: true, client: true},
+		{name: "host override", method: "GET", path: "/echo", host: "other.example:8080"},
 		{name: "bad header name", method: "GET", path: "/echo", header: http.Header{"Bad Name": {"v"}}},
 		{name: "bad header value", method: "GET", path: "/echo", header: http.Header{"X-V": {"a\nb"}}},
 		{name: "bad method", method: "GE T", path: "/echo"},

@@ -1071,3 +1071,38 @@ func TestPutIdleConn(t *testing.T) {
 		})
 	}
 }
+
+// TestProbeLateBody: a GET body of unknown length whose first byte is not
+// ready within net/http's 200 ms probe is sent chunked, and the head is
+// flushed first, so a server may answer a body that only comes once the
+// server has seen the head (golang/go#14315).
+func TestProbeLateBody(t *testing.T) {
+	started := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(started)
+		b, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "%s %q %q", r.Method, r.TransferEncoding, b)
+	}))
+	defer srv.Close()
+	tr := parTransport(t, TransportOptions{})
+	pr, pw := io.Pipe()
+	go func() {
+		select {
+		case <-started:
+			io.WriteString(pw, "late")
+			pw.Close()
+		case <-time.After(time.Minute):
+			pw.CloseWithError(errors.New("the head never reached the server"))
+		}
+	}()
+	req, _ := http.NewRequestWithContext(parCtx(t), "GET", srv.URL, pr)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if want := `GET ["chunked"] "late"`; string(body) != want {
+		t.Errorf("server saw %s, want %s", body, want)
+	}
+}

@@ -238,6 +238,15 @@ func writeRequest(w *bufio.Writer, r *request, body io.ReadCloser, waitForContin
 	}
 
 	// Framing of the body (RFC 9112 §6), following net/http's transferWriter.
+	var bodyR io.Reader = body
+	flushHead := false
+	if body != nil && req.ContentLength == 0 && methodUsuallyLacksBody(r.method) {
+		// probe.go: send an empty body of unknown length as no body.
+		bodyR, flushHead = probeBody(body)
+		if bodyR == nil {
+			body = nil // the deferred Close still closes the caller's body
+		}
+	}
 	cl := req.ContentLength
 	if body == nil {
 		cl = 0
@@ -289,6 +298,11 @@ func writeRequest(w *bufio.Writer, r *request, body io.ReadCloser, waitForContin
 	if err != nil || body == nil {
 		return err
 	}
+	if flushHead {
+		if err := w.Flush(); err != nil {
+			return err
+		}
+	}
 	if waitForContinue != nil {
 		if err := w.Flush(); err != nil {
 			return err
@@ -300,7 +314,7 @@ func writeRequest(w *bufio.Writer, r *request, body io.ReadCloser, waitForContin
 			return nil // the deferred Close releases the body
 		}
 	}
-	return writeBody(w, req, body, cl, chunked)
+	return writeBody(w, req, bodyR, cl, chunked)
 }
 
 // requestBodyError wraps an error returned by the caller's request body, to
