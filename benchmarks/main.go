@@ -112,6 +112,11 @@ func main() {
 	fNoKA := flag.String("nokeepalive", "", `no-keepalive rows (net/http and pipelined with DisableKeepAlives): auto (only with a delay), on, off (env NOKEEPALIVE, default auto)`)
 	fJSON := flag.String("json", "", "write the results as JSON to `FILE`")
 	fPlot := flag.String("plot", "", "draw req/s against P per client as SVG to `FILE.svg`")
+	fSoak := flag.String("soak", "", "run the soak instead of the benchmarks for `DURATION` (at most 60s; env SOAK): mixed GET/POST/HEAD through the pipelined Transport to a fault-injecting server; -c, -k, -p and -timeout apply (defaults 4, 8, 64, 5s)")
+	fSoakFaults := flag.String("soak-faults", "", "soak: probability of a fault per request (env SOAK_FAULTS, default 0.01)")
+	fSoakSeed := flag.String("soak-seed", "", "soak: seed of the faults and the mix of methods (env SOAK_SEED, default 1)")
+	fSoakStall := flag.String("soak-stall", "", "soak: how long a stall fault waits (env SOAK_STALL, default 200ms)")
+	fSoakKinds := flag.String("soak-fault-kinds", "", "soak: comma list of faults to inject: close-quiet, reset-mid-body, conn-close, stall, garbage, short-body, or all (env SOAK_FAULT_KINDS, default all)")
 	flag.Usage = func() {
 		w := flag.CommandLine.Output()
 		fmt.Fprintf(w, `Usage: go run . [flags]
@@ -132,6 +137,17 @@ Flags override environment variables.
 	}
 	flag.Parse()
 
+	if *serve && *fServer == modeFault {
+		cfg, err := soakFlags("", *fSoakFaults, *fSoakSeed, *fSoakStall, *fSoakKinds, "", "", "", "")
+		if err == nil {
+			err = serveFaultChild(cfg)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "serve:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *serve {
 		cfg, err := serverFlags(*fServer, *fDelay, *fBody)
 		if err == nil {
@@ -139,6 +155,23 @@ Flags override environment variables.
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "serve:", err)
+			os.Exit(1)
+		}
+		return
+	}
+
+	if d := setting(*fSoak, "SOAK"); d != "" {
+		cfg, err := soakFlags(d, *fSoakFaults, *fSoakSeed, *fSoakStall, *fSoakKinds, *fC, *fK, *fP, *fTimeout)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "benchmarks:", err)
+			os.Exit(2)
+		}
+		r, err := runSoak(cfg, os.Stdout)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "benchmarks:", err)
+			os.Exit(1)
+		}
+		if !r.Passed() {
 			os.Exit(1)
 		}
 		return
@@ -262,6 +295,57 @@ func parseOptions(fC, fK, fP, fDelay, fDur, fWarm, fTimeout, fBody, fServer, fCl
 		return nil, fmt.Errorf("NOKEEPALIVE: %q is not auto, on or off", o.noKeepAlive)
 	}
 	return o, nil
+}
+
+// soakFlags reads the soak's configuration (flags, else environment, else
+// defaultSoakConfig). The duration is capped by runSoak.
+func soakFlags(fDur, fFaults, fSeed, fStall, fKinds, fC, fK, fP, fTimeout string) (soakConfig, error) {
+	cfg := defaultSoakConfig()
+	var err error
+	if d := setting(fDur, "SOAK"); d != "" {
+		if cfg.Duration, err = parseDuration(d, "SOAK", 0); err != nil {
+			return cfg, err
+		}
+		if cfg.Duration <= 0 {
+			return cfg, errors.New("SOAK must be positive")
+		}
+	}
+	if f := setting(fFaults, "SOAK_FAULTS"); f != "" {
+		if cfg.FaultRate, err = strconv.ParseFloat(f, 64); err != nil || cfg.FaultRate < 0 || cfg.FaultRate > 1 {
+			return cfg, fmt.Errorf("SOAK_FAULTS: bad rate %q (want 0 to 1)", f)
+		}
+	}
+	if f := setting(fSeed, "SOAK_SEED"); f != "" {
+		if cfg.Seed, err = strconv.ParseUint(f, 10, 64); err != nil {
+			return cfg, fmt.Errorf("SOAK_SEED: bad seed %q", f)
+		}
+	}
+	cfg.Faults = setting(fKinds, "SOAK_FAULT_KINDS")
+	if f := setting(fStall, "SOAK_STALL"); f != "" {
+		if cfg.Stall, err = parseDuration(f, "SOAK_STALL", 0); err != nil {
+			return cfg, err
+		}
+	}
+	for _, v := range []struct {
+		s, name string
+		dst     *int
+	}{{setting(fC, "CONNECTIONS"), "CONNECTIONS", &cfg.Conns}, {setting(fK, "PIPELINING"), "PIPELINING", &cfg.Depth}, {setting(fP, "PARALLEL"), "PARALLEL", &cfg.Parallel}} {
+		if v.s == "" {
+			continue
+		}
+		if *v.dst, err = strconv.Atoi(v.s); err != nil || *v.dst < 1 {
+			return cfg, fmt.Errorf("%s: bad value %q for the soak (want one positive integer)", v.name, v.s)
+		}
+	}
+	if f := setting(fTimeout, "TIMEOUT"); f != "" {
+		if cfg.Timeout, err = parseDuration(f, "TIMEOUT", 0); err != nil {
+			return cfg, err
+		}
+		if cfg.Timeout <= 0 {
+			return cfg, errors.New("TIMEOUT must be positive")
+		}
+	}
+	return cfg, nil
 }
 
 // serverFlags reads the child's configuration.
