@@ -27,7 +27,8 @@ type hostPool struct {
 	dialing int       // dials in progress
 	waiters []*waiter // FIFO of requests waiting for a connection
 	closed  bool
-	tick    uint64 // logical clock for head ages
+	dials   map[*dialHandle]struct{} // dials in progress
+	tick    uint64                   // logical clock for head ages
 	policy  leastWait
 	// budget is the number of requests the server answers on one
 	// connection before closing it (nginx's keepalive_requests), learned
@@ -39,6 +40,12 @@ type hostPool struct {
 	// failures, and until when the host's effective depth is 1.
 	pipeFailures  []time.Time
 	fallbackUntil time.Time
+}
+
+// dialHandle is a dial in progress, guarded by hostPool.mu.
+type dialHandle struct {
+	cancel    context.CancelFunc
+	abandoned bool // cancelled by CloseIdleConnections
 }
 
 // waiter is a request waiting for a connection. Whoever removes it from
@@ -326,10 +333,15 @@ func (p *hostPool) dispatchLocked() {
 func (p *hostPool) startDialLocked(reqCtx context.Context) {
 	p.dialing++
 	t := p.t
+	ctx, cancel := context.WithCancel(context.WithoutCancel(reqCtx))
+	d := &dialHandle{cancel: cancel}
+	if p.dials == nil {
+		p.dials = make(map[*dialHandle]struct{})
+	}
+	p.dials[d] = struct{}{}
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
-		ctx, cancel := context.WithCancel(context.WithoutCancel(reqCtx))
 		stop := context.AfterFunc(t.ctx, cancel)
 		conn, state, err := t.dial(ctx, p.key)
 		stop()
@@ -340,6 +352,14 @@ func (p *hostPool) startDialLocked(reqCtx context.Context) {
 		}
 		p.mu.Lock()
 		p.dialing--
+		delete(p.dials, d)
+		if err != nil && d.abandoned {
+			// Cancelled by CloseIdleConnections while nobody waited: fail
+			// no one (a request that came since dials afresh).
+			p.dispatchLocked()
+			p.mu.Unlock()
+			return
+		}
 		if err != nil {
 			// Fail the request that has waited longest (it was waiting on
 			// this dial); the next one dials afresh.
@@ -469,6 +489,13 @@ func (p *hostPool) closeIfIdle(c *pconn) {
 
 func (p *hostPool) closeIdle() {
 	p.mu.Lock()
+	if len(p.waiters) == 0 {
+		// As net/http: dials that no request waits for are cancelled.
+		for d := range p.dials {
+			d.abandoned = true
+			d.cancel()
+		}
+	}
 	var idle []*pconn
 	for _, c := range p.conns {
 		if c.inflight == 0 && !c.closing {

@@ -1018,3 +1018,54 @@ func TestLoadSpreadsBeforePipelining(t *testing.T) {
 	close(release)
 	wg.Wait()
 }
+
+// TestCloseIdleConnectionsCancelsUnwantedDials: as net/http, dials that no
+// request waits for are cancelled by CloseIdleConnections, and a request
+// that comes later dials afresh.
+func TestCloseIdleConnectionsCancelsUnwantedDials(t *testing.T) {
+	verifyNoLeaks(t)
+	srv := newRawServer(t, serveEcho)
+	var slow atomic.Bool
+	slow.Store(true)
+	dialCancelled := make(chan struct{})
+	tr := newTestTransport(t, TransportOptions{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if slow.Load() {
+				<-ctx.Done()
+				close(dialCancelled)
+				return nil, ctx.Err()
+			}
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		},
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.url("/a"), nil)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := tr.RoundTrip(req)
+		errc <- err
+	}()
+	key := "http://" + srv.addr
+	waitFor(t, func() bool { return tr.Stats()[key].Dialing == 1 })
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled request: err = %v, want context.Canceled", err)
+	}
+	if d := tr.Stats()[key].Dialing; d != 1 {
+		t.Fatalf("after the request gave up: Dialing = %d, want 1 (the dial goes on)", d)
+	}
+	tr.CloseIdleConnections()
+	select {
+	case <-dialCancelled:
+	case <-time.After(testTimeout):
+		t.Fatal("CloseIdleConnections did not cancel a dial nobody waits for")
+	}
+	slow.Store(false)
+	resp, err := get(t, tr, srv.url("/b"))
+	if err != nil {
+		t.Fatalf("request after CloseIdleConnections: %v", err)
+	}
+	if got := readBody(t, resp); got != "/b" {
+		t.Errorf("body = %q, want /b", got)
+	}
+}
