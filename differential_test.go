@@ -173,6 +173,7 @@ type observed struct {
 	TransferEncoding []string
 	RequestIsOrig    bool
 	RequestURL       string
+	TLS              string // version and cipher suite, if TLS
 	Interim          []string
 	Got100           bool
 }
@@ -338,6 +339,11 @@ func (dc diffCase) roundTrip(t *testing.T, rt http.RoundTripper, base string) ob
 	o.ContentLength, o.Uncompressed, o.Close = resp.ContentLength, resp.Uncompressed, resp.Close
 	o.TransferEncoding = resp.TransferEncoding
 	o.RequestIsOrig = resp.Request == req
+	if resp.TLS != nil {
+		// Not the ALPN protocol: we always offer "http/1.1" (to refuse h2),
+		// net/http with a custom TLSClientConfig offers nothing.
+		o.TLS = fmt.Sprintf("%x %x", resp.TLS.Version, resp.TLS.CipherSuite)
+	}
 	if dc.client && resp.Request != nil {
 		o.RequestURL = resp.Request.URL.String()
 	}
@@ -431,5 +437,28 @@ func TestDifferentialDial(t *testing.T) {
 		if !errors.As(err, &oe) || oe.Op != "dial" {
 			t.Errorf("%T.RoundTrip(closed port) = %v, want a dial *net.OpError", rt, err)
 		}
+	}
+}
+
+// TestDifferentialTLS runs the cases over TLS.
+func TestDifferentialTLS(t *testing.T) {
+	srv := httptest.NewTLSServer(diffHandler())
+	defer srv.Close()
+	cfg := srv.Client().Transport.(*http.Transport).TLSClientConfig
+	std := &http.Transport{TLSClientConfig: cfg.Clone(), ExpectContinueTimeout: 30 * time.Second}
+	defer std.CloseIdleConnections()
+	ours := NewTransport(TransportOptions{TLSClientConfig: cfg.Clone(), ExpectContinueTimeout: 30 * time.Second})
+	defer ours.Close()
+	for _, dc := range diffCases() {
+		if dc.path == "/raw-http10" || dc.path == "/hangup" {
+			continue // hijacked: not meaningful over TLS
+		}
+		t.Run(dc.name, func(t *testing.T) {
+			want := dc.roundTrip(t, std, srv.URL)
+			got := dc.roundTrip(t, ours, srv.URL)
+			if d := cmp.Diff(want, got); d != "" {
+				t.Errorf("%s %s over TLS: response differs from net/http's (-net/http +pipelined):\n%s", dc.method, dc.path, d)
+			}
+		})
 	}
 }
