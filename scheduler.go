@@ -260,12 +260,20 @@ func (p *hostPool) assignLocked(c *pconn, a *attempt) {
 func (p *hostPool) release(c *pconn) {
 	p.mu.Lock()
 	c.inflight--
+	done := false
 	if c.inflight == 0 {
 		c.exclusive = false
 		c.idleSince = time.Now()
+		// A connection that takes no more requests (marked for a
+		// request that was never written, say) and has nothing in
+		// flight is finished.
+		done = c.closing
 	}
 	p.dispatchLocked()
 	p.mu.Unlock()
+	if done {
+		c.fail(errConnClosing)
+	}
 }
 
 // dispatchLocked hands connections to waiters in FIFO order: an idle
