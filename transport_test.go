@@ -156,7 +156,7 @@ func TestPipelinesOnOneConnection(t *testing.T) {
 		}
 		serveEcho(c, br)
 	})
-	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: depth})
+	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: depth, HeadOfLineTimeout: -1})
 	var wg sync.WaitGroup
 	for i := range depth {
 		wg.Add(1)
@@ -217,7 +217,9 @@ func TestFramingInPipeline(t *testing.T) {
 				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(second.URL.Path), second.URL.Path)
 				serveEcho(c, br)
 			})
-			tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 2})
+			// The server answers only once both requests are in: no
+			// head-of-line resend may take the second one away.
+			tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 2, HeadOfLineTimeout: -1})
 			first := make(chan struct{})
 			var wg sync.WaitGroup
 			wg.Add(1)
