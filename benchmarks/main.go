@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -111,6 +112,7 @@ func main() {
 	fClients := flag.String("clients", "", "comma list of clients (env CLIENTS, default all); names: "+strings.Join(allClients, ", "))
 	fNoKA := flag.String("nokeepalive", "", `no-keepalive rows (net/http and pipelined with DisableKeepAlives): auto (only with a delay), on, off (env NOKEEPALIVE, default auto)`)
 	fJSON := flag.String("json", "", "write the results as JSON to `FILE`")
+	fCPUProfile := flag.String("cpuprofile", "", "write a CPU profile of the clients (not the server, a child process) to `FILE`")
 	fPlot := flag.String("plot", "", "draw req/s against P per client as SVG to `FILE.svg`")
 	fSoak := flag.String("soak", "", "run the soak instead of the benchmarks for `DURATION` (at most 60s; env SOAK): mixed GET/POST/HEAD through the pipelined Transport to a fault-injecting server; -c, -k, -p and -timeout apply (defaults 4, 8, 64, 5s)")
 	fSoakFaults := flag.String("soak-faults", "", "soak: probability of a fault per request (env SOAK_FAULTS, default 0.01)")
@@ -158,6 +160,18 @@ Flags override environment variables.
 			os.Exit(1)
 		}
 		return
+	}
+
+	if *fCPUProfile != "" {
+		f, err := os.Create(*fCPUProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "benchmarks:", err)
+			os.Exit(2)
+		}
+		defer pprof.StopCPUProfile()
 	}
 
 	if d := setting(*fSoak, "SOAK"); d != "" {
