@@ -67,8 +67,34 @@ func startServer(cfg serverConfig) (*testServer, error) {
 	}
 }
 
+// timerSlack is how late this machine's timers fire, measured once: a
+// sleep of d returns after d plus about this much (0.3 ms was seen on a
+// 2-core VM). The servers subtract it, so that a response is ready the
+// configured delay after its request was read, as the ideal throughput
+// assumes, instead of a timer's slack later.
+var timerSlack = sync.OnceValue(func() time.Duration {
+	const n, d = 20, 2 * time.Millisecond
+	var late time.Duration
+	for range n {
+		start := time.Now()
+		time.Sleep(d)
+		late += time.Since(start) - d
+	}
+	return max(late/n, 0)
+})
+
+// timerDelay returns the timer duration that makes a response ready delay
+// after its request.
+func timerDelay(delay time.Duration) time.Duration {
+	if delay <= 0 {
+		return 0
+	}
+	return max(delay-timerSlack(), delay/2)
+}
+
 func serialHandler(delay time.Duration, body []byte) http.Handler {
 	clen := strconv.Itoa(len(body))
+	delay = timerDelay(delay)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		if delay > 0 {
@@ -102,7 +128,7 @@ func newConcurrentServer(ln net.Listener, delay time.Duration, body []byte) *con
 	head := fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\nContent-Type: text/plain\r\n", len(body))
 	resp := append([]byte(head+"\r\n"), body...)
 	last := append([]byte(head+"Connection: close\r\n\r\n"), body...)
-	return &concurrentServer{ln: ln, delay: delay, resp: resp, last: last, conns: make(map[net.Conn]struct{})}
+	return &concurrentServer{ln: ln, delay: timerDelay(delay), resp: resp, last: last, conns: make(map[net.Conn]struct{})}
 }
 
 func (s *concurrentServer) serve() {
