@@ -57,61 +57,34 @@ func benchServer(b *testing.B) string {
 // BenchmarkClientGet measures GETs through http.Client with 50 parallel
 // callers, 5 connections and depth 10 (the project's saturation cell).
 func BenchmarkClientGet(b *testing.B) {
-	url := benchServer(b)
 	tr := NewTransport(TransportOptions{MaxConnsPerHost: 5, PipelineDepth: 10})
 	defer tr.Close()
-	client := &http.Client{Transport: tr}
-	b.ReportAllocs()
-	b.SetParallelism(25) // 25 × GOMAXPROCS(2) = 50 callers
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		req, _ := http.NewRequest("GET", url, nil)
-		for pb.Next() {
-			resp, err := client.Do(req)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}
-	})
+	benchGets(b, &http.Client{Transport: tr})
 }
 
 // BenchmarkClientGetTimeout is BenchmarkClientGet through a Client with a
 // Timeout, as most programs use it: every request then has a cancellable
-// context.
+// context, and http.Client adds a timer goroutine per request for any
+// RoundTripper other than *http.Transport.
 func BenchmarkClientGetTimeout(b *testing.B) {
-	url := benchServer(b)
 	tr := NewTransport(TransportOptions{MaxConnsPerHost: 5, PipelineDepth: 10})
 	defer tr.Close()
-	client := &http.Client{Transport: tr, Timeout: time.Minute}
-	b.ReportAllocs()
-	b.SetParallelism(25)
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		req, _ := http.NewRequest("GET", url, nil)
-		for pb.Next() {
-			resp, err := client.Do(req)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}
-	})
+	benchGets(b, &http.Client{Transport: tr, Timeout: time.Minute})
 }
 
 // BenchmarkNetHTTPClientGet is the same through net/http's Transport, for
 // comparison in the same run.
 func BenchmarkNetHTTPClientGet(b *testing.B) {
-	url := benchServer(b)
 	tr := &http.Transport{MaxConnsPerHost: 5, MaxIdleConnsPerHost: 5}
 	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr}
+	benchGets(b, &http.Client{Transport: tr})
+}
+
+// benchGets runs GETs of benchServer through client from 50 goroutines.
+func benchGets(b *testing.B, client *http.Client) {
+	url := benchServer(b)
 	b.ReportAllocs()
-	b.SetParallelism(25)
+	b.SetParallelism(25) // 25 × GOMAXPROCS(2) = 50 callers
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		req, _ := http.NewRequest("GET", url, nil)
