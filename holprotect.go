@@ -141,6 +141,7 @@ func (c *pconn) holFire(a *attempt) {
 	g.mu.Unlock()
 	if behind > 0 {
 		c.resendBehind()
+		c.dropIfUnwanted() // a head nobody waits for, and nothing left behind it
 	}
 }
 

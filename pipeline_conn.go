@@ -561,6 +561,28 @@ func (c *pconn) popHead() {
 	}
 }
 
+// dropIfUnwanted closes c if the response it waits for is wanted by
+// nobody: every unanswered request on it was abandoned by its caller or
+// moved to another connection. Waiting for such an answer would hold a
+// connection, perhaps forever (a long poll the caller cancelled), for
+// nothing.
+func (c *pconn) dropIfUnwanted() {
+	c.mu.Lock()
+	unwanted := len(c.fifo) > 0 && !c.fifo[0].headersRead
+	for _, x := range c.fifo {
+		if x.state.Load() == attemptWaiting {
+			unwanted = false
+			break
+		}
+	}
+	c.mu.Unlock()
+	if unwanted {
+		c.fail(errUnwanted)
+	}
+}
+
+var errUnwanted = errors.New("pipelined: no request waits for the pending response")
+
 // resendBehind tells the callers of every attempt written behind the head
 // to send their requests elsewhere. Only replayable requests are ever
 // written behind another (RFC 9112 §9.3.2), so this never sends a

@@ -155,7 +155,10 @@ func (p *hostPool) await(a *attempt) result {
 		return res
 	case <-a.r.ctx.Done():
 		if a.abandon() {
-			// The connection reads and discards the answer when it comes.
+			// The connection reads and discards the answer when it comes,
+			// for the sake of the requests behind it; with none, it is
+			// closed, as net/http does (the answer may never come).
+			a.c.dropIfUnwanted()
 			return result{err: context.Cause(a.r.ctx)}
 		}
 		return <-a.res // delivered just now: use it, as net/http does

@@ -1071,3 +1071,47 @@ func TestCloseIdleConnectionsCancelsUnwantedDials(t *testing.T) {
 		t.Errorf("body = %q, want /b", got)
 	}
 }
+
+// TestCancelledRequestAloneClosesConnection: a request cancelled while its
+// response is pending, with nothing behind it, closes its connection, as
+// net/http does, rather than hold a connection slot until an answer that
+// may never come (a long poll).
+func TestCancelledRequestAloneClosesConnection(t *testing.T) {
+	verifyNoLeaks(t)
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			if req.URL.Path == "/never" {
+				io.Copy(io.Discard, br) // never answer
+				return
+			}
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
+		}
+	})
+	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1})
+	key := "http://" + srv.addr
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.url("/never"), nil)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := tr.RoundTrip(req)
+		errc <- err
+	}()
+	waitFor(t, func() bool { return tr.Stats()[key].InFlight == 1 })
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	waitFor(t, func() bool { return tr.Stats()[key].Open == 0 })
+	// The only connection slot is free again.
+	resp, err := get(t, tr, srv.url("/next"))
+	if err != nil {
+		t.Fatalf("next request: %v", err)
+	}
+	if got := readBody(t, resp); got != "/next" {
+		t.Errorf("next body = %q, want /next", got)
+	}
+}
