@@ -80,12 +80,58 @@ type result struct {
 	MaxQueued   int    `json:"max_queued,omitempty"`
 	Dials       int64  `json:"dials"`
 	Skipped     string `json:"skipped,omitempty"`
+	Rounds      int    `json:"rounds,omitempty"`
+
+	lat []time.Duration // sorted latencies, for merging rounds
+	cpu time.Duration   // client CPU over the measured window
+}
+
+// merge adds round b of the same client and scenario to r.
+func (r *result) merge(b result) {
+	if r.Rounds == 0 {
+		*r = b
+		r.Rounds = 1
+		return
+	}
+	r.Rounds++
+	r.Seconds += b.Seconds
+	r.Requests += b.Requests
+	r.Errors += b.Errors
+	if r.FirstError == "" {
+		r.FirstError = b.FirstError
+	}
+	r.MaxOpen = max(r.MaxOpen, b.MaxOpen)
+	r.MaxInFlight = max(r.MaxInFlight, b.MaxInFlight)
+	r.MaxQueued = max(r.MaxQueued, b.MaxQueued)
+	r.Dials += b.Dials
+	r.lat = append(r.lat, b.lat...)
+	r.cpu += b.cpu
+	slices.Sort(r.lat)
+	r.finish()
+}
+
+// finish derives the rates and percentiles from the totals.
+func (r *result) finish() {
+	if r.Seconds > 0 {
+		r.ReqPerSec = float64(r.Requests) / r.Seconds
+	}
+	if len(r.lat) > 0 {
+		r.P50Ms = ms(percentile(r.lat, 0.50))
+		r.P99Ms = ms(percentile(r.lat, 0.99))
+	}
+	if r.Requests > 0 { // per successful request: failures are waste
+		r.CPUPerReq = float64(r.cpu.Microseconds()) / float64(r.Requests)
+	}
+	if r.Ideal > 0 {
+		r.Ratio = r.ReqPerSec / r.Ideal
+	}
 }
 
 type options struct {
 	conns, depths, parallels []int
 	delays                   []time.Duration
 	duration, warmup         time.Duration
+	rounds                   int // each client's duration is split into this many rounds
 	timeout                  time.Duration
 	body                     int
 	servers                  []string
@@ -112,6 +158,7 @@ func main() {
 	fClients := flag.String("clients", "", "comma list of clients (env CLIENTS, default all); names: "+strings.Join(allClients, ", "))
 	fNoKA := flag.String("nokeepalive", "", `no-keepalive rows (net/http and pipelined with DisableKeepAlives): auto (only with a delay), on, off (env NOKEEPALIVE, default auto)`)
 	fJSON := flag.String("json", "", "write the results as JSON to `FILE`")
+	fRounds := flag.String("rounds", "", "split each client's DURATION into `N` rounds, the clients' order rotated every round (env ROUNDS, default 2)")
 	fCPUProfile := flag.String("cpuprofile", "", "write a CPU profile of the clients (not the server, a child process) to `FILE`")
 	fPlot := flag.String("plot", "", "draw req/s against P per client as SVG to `FILE.svg`")
 	fSoak := flag.String("soak", "", "run the soak instead of the benchmarks for `DURATION` (at most 60s; env SOAK): mixed GET/POST/HEAD through the pipelined Transport to a fault-injecting server; -c, -k, -p and -timeout apply (defaults 4, 8, 64, 5s)")
@@ -191,7 +238,7 @@ Flags override environment variables.
 		return
 	}
 
-	opts, err := parseOptions(*fC, *fK, *fP, *fDelay, *fDur, *fWarm, *fTimeout, *fBody, *fServer, *fClients, *fNoKA)
+	opts, err := parseOptions(*fC, *fK, *fP, *fDelay, *fDur, *fWarm, *fTimeout, *fBody, *fServer, *fClients, *fNoKA, *fRounds)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchmarks:", err)
 		os.Exit(2)
@@ -237,7 +284,7 @@ func parseDuration(s, name string, def time.Duration) (time.Duration, error) {
 	return d, nil
 }
 
-func parseOptions(fC, fK, fP, fDelay, fDur, fWarm, fTimeout, fBody, fServer, fClients, fNoKA string) (*options, error) {
+func parseOptions(fC, fK, fP, fDelay, fDur, fWarm, fTimeout, fBody, fServer, fClients, fNoKA, fRounds string) (*options, error) {
 	o := &options{}
 	var err error
 	sC, sK, sP, sD := setting(fC, "CONNECTIONS"), setting(fK, "PIPELINING"), setting(fP, "PARALLEL"), setting(fDelay, "DELAY")
@@ -268,6 +315,13 @@ func parseOptions(fC, fK, fP, fDelay, fDur, fWarm, fTimeout, fBody, fServer, fCl
 	if o.duration <= 0 {
 		return nil, errors.New("DURATION must be positive")
 	}
+	o.rounds = 2
+	if r := setting(fRounds, "ROUNDS"); r != "" {
+		if o.rounds, err = strconv.Atoi(r); err != nil || o.rounds < 1 {
+			return nil, fmt.Errorf("ROUNDS: bad count %q", r)
+		}
+	}
+	o.duration /= time.Duration(o.rounds)
 	if o.warmup, err = parseDuration(setting(fWarm, "WARMUP"), "WARMUP", 200*time.Millisecond); err != nil {
 		return nil, err
 	}
@@ -419,8 +473,8 @@ func (o *options) clientsFor(sc scenario) []string {
 }
 
 func run(o *options, out io.Writer) error {
-	fmt.Fprintf(out, "benchmarks: %s %s/%s GOMAXPROCS=%d, %v per client (+%v warm-up), server in a child process\n",
-		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), o.duration, o.warmup)
+	fmt.Fprintf(out, "benchmarks: %s %s/%s GOMAXPROCS=%d, %d rounds of %v per client (+%v warm-up each, order rotated), server in a child process\n",
+		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), o.rounds, o.duration, o.warmup)
 	var all []result
 	servers := map[serverConfig]*childServer{}
 	defer func() {
@@ -438,10 +492,16 @@ func run(o *options, out io.Writer) error {
 			}
 			servers[cfg] = srv
 		}
-		var rows []result
-		for _, name := range o.clientsFor(sc) {
-			r := runCell(sc, name, srv.Addr, o)
-			rows = append(rows, r)
+		// Each client runs o.rounds times, the order rotated every round,
+		// so that a drift of the machine or the server over the scenario
+		// does not favour the clients that happen to run first or last.
+		names := o.clientsFor(sc)
+		rows := make([]result, len(names))
+		for round := range o.rounds {
+			for j := range names {
+				i := (j + round) % len(names)
+				rows[i].merge(runCell(sc, names[i], srv.Addr, o))
+			}
 		}
 		printTable(out, sc, rows)
 		all = append(all, rows...)
@@ -658,17 +718,8 @@ func runCell(sc scenario, name, addr string, o *options) result {
 	r.Requests = int64(len(all))
 	r.Errors = nerr.Load()
 	r.FirstError = firstErr
-	r.ReqPerSec = float64(r.Requests) / elapsed.Seconds()
-	if len(all) > 0 {
-		r.P50Ms = ms(percentile(all, 0.50))
-		r.P99Ms = ms(percentile(all, 0.99))
-	}
-	if r.Requests > 0 { // per successful request: failures are waste
-		r.CPUPerReq = float64(cpu.Microseconds()) / float64(r.Requests)
-	}
-	if r.Ideal > 0 {
-		r.Ratio = r.ReqPerSec / r.Ideal
-	}
+	r.lat, r.cpu = all, cpu
+	r.finish()
 	r.MaxOpen = maxOpen
 	return r
 }

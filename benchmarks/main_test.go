@@ -101,7 +101,7 @@ func TestConcurrentServerPipelining(t *testing.T) {
 // tables, JSON and SVG.
 func TestRun(t *testing.T) {
 	dir := t.TempDir()
-	o, err := parseOptions("2", "2", "2,4", "1ms", "100ms", "0s", "10s", "10", "both", "", "on")
+	o, err := parseOptions("2", "2", "2,4", "1ms", "100ms", "0s", "10s", "10", "both", "", "on", "2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,5 +131,25 @@ func TestRun(t *testing.T) {
 	svg, err := os.ReadFile(o.plotFile)
 	if err != nil || !strings.HasPrefix(string(svg), "<svg") || !strings.Contains(string(svg), "</svg>") {
 		t.Errorf("bad SVG (%v)", err)
+	}
+}
+
+// TestMergeRounds: rounds add up as one longer run would.
+func TestMergeRounds(t *testing.T) {
+	ms := time.Millisecond
+	a := result{Seconds: 1, Requests: 3, lat: []time.Duration{1 * ms, 2 * ms, 3 * ms}, cpu: 30 * time.Microsecond, Ideal: 10, MaxOpen: 2}
+	a.finish()
+	b := result{Seconds: 1, Requests: 1, lat: []time.Duration{10 * ms}, cpu: 10 * time.Microsecond, Ideal: 10, MaxOpen: 3, Errors: 1, FirstError: "x"}
+	var r result
+	r.merge(a)
+	r.merge(b)
+	if r.Rounds != 2 || r.Requests != 4 || r.ReqPerSec != 2 || r.Ratio != 0.2 || r.MaxOpen != 3 || r.Errors != 1 || r.FirstError != "x" {
+		t.Errorf("merge = %+v, want 2 rounds, 4 requests, 2 req/s, ratio 0.2, max open 3, 1 error", r)
+	}
+	if r.CPUPerReq != 10 {
+		t.Errorf("merged CPUPerReq = %v, want 10", r.CPUPerReq)
+	}
+	if r.P50Ms != 3 && r.P50Ms != 2 {
+		t.Errorf("merged P50Ms = %v, want the median of all four latencies", r.P50Ms)
 	}
 }
