@@ -166,7 +166,7 @@ func (c *pconn) send(a *attempt) error {
 	}
 	// A pipelineable request is flushed by the last of the writers that
 	// queue up behind one another (see flushSoon); others at once.
-	deferFlush := r.pipelineable && !a.alone && tunnel == nil
+	deferFlush := r.pipelineable && !a.alone && tunnel == nil && c.p.t.depth > 1
 	if werr == nil && !deferFlush {
 		werr = c.bw.Flush()
 	}
