@@ -86,5 +86,6 @@ func (o TransportOptions) clone() TransportOptions {
 // Clone returns a new Transport with a deep copy of t's options (as
 // [http.Transport.Clone] does). It shares no connections with t.
 func (t *Transport) Clone() *Transport {
+	t.initOnce.Do(t.init)
 	return NewTransport(t.opts.clone())
 }

@@ -188,10 +188,14 @@ type TransportOptions struct {
 
 // Transport is an [http.RoundTripper] that pipelines HTTP/1.1 requests over
 // a bounded set of connections per host. It is safe for concurrent use.
+//
+// The zero value is a Transport with the default options, like
+// NewTransport(TransportOptions{}).
 type Transport struct {
-	opts   TransportOptions // normalised, read-only after NewTransport
-	depth  int
-	maxCon int // < 0: unlimited
+	initOnce sync.Once
+	opts     TransportOptions // normalised by init, read-only after it
+	depth    int
+	maxCon   int // < 0: unlimited
 
 	ctx    context.Context // cancelled by Close; parent of dials
 	cancel context.CancelFunc
@@ -206,7 +210,16 @@ var _ http.RoundTripper = (*Transport)(nil)
 
 // NewTransport returns a Transport configured by opts.
 func NewTransport(opts TransportOptions) *Transport {
-	t := &Transport{opts: opts, pools: make(map[poolKey]*hostPool)}
+	t := &Transport{opts: opts}
+	t.initOnce.Do(t.init)
+	return t
+}
+
+// init applies the defaults to t.opts; it runs once, from NewTransport or
+// from the first use of a zero Transport.
+func (t *Transport) init() {
+	opts := t.opts
+	t.pools = make(map[poolKey]*hostPool)
 	t.depth = opts.PipelineDepth
 	if t.depth <= 0 {
 		t.depth = DefaultPipelineDepth
@@ -228,12 +241,12 @@ func NewTransport(opts TransportOptions) *Transport {
 		t.opts.WriteBufferSize = defaultBufferSize
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
-	return t
 }
 
 // RoundTrip implements [http.RoundTripper]. It never modifies req and always
 // closes its body.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	t.initOnce.Do(t.init)
 	if err := validateRequest(req); err != nil {
 		closeBody(req)
 		return nil, err
@@ -278,6 +291,7 @@ func (t *Transport) pool(key poolKey) (*hostPool, error) {
 // CloseIdleConnections closes every connection that has no request in flight.
 // Busy connections are left alone.
 func (t *Transport) CloseIdleConnections() {
+	t.initOnce.Do(t.init)
 	for _, p := range t.poolList() {
 		p.closeIdle()
 	}
@@ -288,6 +302,7 @@ func (t *Transport) CloseIdleConnections() {
 // later calls to RoundTrip. Response bodies already returned fail on their
 // next Read. Close is idempotent.
 func (t *Transport) Close() error {
+	t.initOnce.Do(t.init)
 	t.mu.Lock()
 	t.closed = true
 	t.mu.Unlock()
@@ -329,6 +344,7 @@ type HostStats struct {
 // "scheme://host:port" (with " via proxy" appended for proxied pools). It is
 // safe to call at any time.
 func (t *Transport) Stats() map[string]HostStats {
+	t.initOnce.Do(t.init)
 	ps := t.poolList()
 	m := make(map[string]HostStats, len(ps))
 	for _, p := range ps {

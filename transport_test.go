@@ -1115,3 +1115,22 @@ func TestCancelledRequestAloneClosesConnection(t *testing.T) {
 		t.Errorf("next body = %q, want /next", got)
 	}
 }
+
+// TestZeroTransport: the zero Transport works with the default options, as
+// a zero http.Transport does.
+func TestZeroTransport(t *testing.T) {
+	verifyNoLeaks(t)
+	srv := newRawServer(t, serveEcho)
+	var tr Transport
+	defer tr.Close()
+	resp, err := get(t, &tr, srv.url("/zero"))
+	if err != nil {
+		t.Fatalf("RoundTrip on a zero Transport: %v", err)
+	}
+	if got := readBody(t, resp); got != "/zero" {
+		t.Errorf("body = %q, want /zero", got)
+	}
+	if s := tr.Stats()["http://"+srv.addr]; s.PipelineDepth != DefaultPipelineDepth {
+		t.Errorf("zero Transport: PipelineDepth = %d, want %d", s.PipelineDepth, DefaultPipelineDepth)
+	}
+}
