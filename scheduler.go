@@ -288,7 +288,8 @@ func (p *hostPool) dispatchLocked() {
 		return
 	}
 	covered := p.dialing
-	needIdle := 0 // waiters that can only take an idle connection
+	needIdle := 0   // waiters that can only take an idle connection
+	noIdle := false // no connection is idle: assignments never make one
 	for i := 0; i < len(p.waiters); {
 		w := p.waiters[i]
 		if p.closed {
@@ -296,7 +297,11 @@ func (p *hostPool) dispatchLocked() {
 			p.waiters = slices.Delete(p.waiters, i, i+1)
 			continue
 		}
-		c := p.policy.idle(p.conns)
+		var c *pconn
+		if !noIdle {
+			c = p.policy.idle(p.conns)
+			noIdle = c == nil
+		}
 		if c == nil && covered == 0 && !p.canDialLocked() && p.pipelineable(w.a) {
 			c = p.policy.pipeline(p.conns, p.depthLocked())
 			if c == nil {
@@ -316,6 +321,12 @@ func (p *hostPool) dispatchLocked() {
 			p.startDialLocked(w.a.r.ctx)
 		default:
 			needIdle++
+			if p.depthLocked() <= 1 {
+				// No idle connection, no dial, no pipelining: nobody
+				// further in the queue can be placed either.
+				i = len(p.waiters)
+				continue
+			}
 		}
 		i++
 	}
