@@ -29,6 +29,8 @@ import (
 //     pool and are guarded by hostPool.mu. The connection reports events to
 //     its pool (headers read, response done, closing, dead); the pool never
 //     calls back into a connection while holding its lock.
+//   - Lock order: holGuard.mu before hostPool.mu. pconn.mu, deadlineMu and
+//     wdMu are leaves: nothing else is locked while one is held.
 type pconn struct {
 	p    *hostPool
 	conn net.Conn
