@@ -122,7 +122,11 @@ func (c *pconn) send(a *attempt) error {
 		c.mu.Unlock()
 		<-c.writeLock
 		if body != nil {
-			r.bodyUsed = r.req.GetBody != nil // an unread caller body can be reused
+			if r.req.GetBody != nil {
+				body.Close() // the next attempt gets a fresh copy
+			} else {
+				r.bodyUsed = false // unread: the next attempt reuses it
+			}
 		}
 		return errNotWritten
 	}
