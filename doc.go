@@ -43,6 +43,9 @@
 // connection then takes no new requests until that body has been read or
 // closed, and if it is still streaming after HeadOfLineTimeout, idempotent
 // requests already written behind it are re-sent on another connection.
-// Read-ahead memory is therefore bounded by MaxConnsPerHost × PipelineDepth
-// × 64 KiB per host.
+// The memory the transport reads ahead of its callers is therefore bounded
+// by MaxConnsPerHost × PipelineDepth × 64 KiB per host. A buffered body
+// handed to a caller is the caller's: it holds its (at most 64 KiB) buffer
+// until it is read, closed or garbage collected, where net/http would hold
+// a connection instead.
 package pipelined
