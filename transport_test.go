@@ -1147,3 +1147,61 @@ func TestZeroTransport(t *testing.T) {
 		t.Errorf("zero Transport: PipelineDepth = %d, want %d", s.PipelineDepth, DefaultPipelineDepth)
 	}
 }
+
+// TestLearnsRequestsPerConnection: against a server that closes every
+// connection after 3 responses (nginx's keepalive_requests), the pool
+// learns the budget and stops writing requests that would only be resent.
+func TestLearnsRequestsPerConnection(t *testing.T) {
+	verifyNoLeaks(t)
+	var reads atomic.Int32
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		for i := 1; ; i++ {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			reads.Add(1)
+			hdr := ""
+			if i == 3 {
+				hdr = "Connection: close\r\n"
+			}
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\n%sContent-Length: %d\r\n\r\n%s", hdr, len(req.URL.Path), req.URL.Path)
+			if i == 3 {
+				// Count what was written behind the close until the
+				// client closes its side, as nginx would read and drop it.
+				for {
+					if _, err := http.ReadRequest(br); err != nil {
+						return
+					}
+					reads.Add(1)
+				}
+			}
+		}
+	})
+	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 2, PipelineDepth: 8, HeadOfLineTimeout: -1})
+	const n = 300
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			path := fmt.Sprintf("/%d", i)
+			resp, err := get(t, tr, srv.url(path))
+			if err != nil {
+				t.Errorf("GET %s: %v", path, err)
+				return
+			}
+			if got := readBody(t, resp); got != path {
+				t.Errorf("GET %s: body = %q", path, got)
+			}
+		}()
+	}
+	wg.Wait()
+	// Without the budget, each connection would be given up to 8 requests
+	// for 3 answers: about 5 extra reads per connection, 100 connections.
+	extra := int(reads.Load()) - n
+	t.Logf("server received %d requests for %d GETs", reads.Load(), n)
+	if extra > 60 {
+		t.Errorf("server received %d requests for %d GETs: %d resent, want the budget learned (at most 60)", reads.Load(), n, extra)
+	}
+}
