@@ -259,6 +259,19 @@ func TestFramingInPipeline(t *testing.T) {
 	}
 }
 
+// waitOrFail waits for wg, failing the test (instead of hanging it) if that
+// takes longer than testTimeout.
+func waitOrFail(t *testing.T, wg *sync.WaitGroup, what string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(testTimeout):
+		t.Fatalf("%s: not done within %v", what, testTimeout)
+	}
+}
+
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(testTimeout)
@@ -678,15 +691,22 @@ func TestUnreadBodyDoesNotBlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r1.Body.Close()
-	for range 3 {
-		r2, err := get(t, tr, srv.URL+"/small")
-		if err != nil {
-			t.Fatal(err)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for range 3 {
+			r2, err := get(t, tr, srv.URL+"/small")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if got := readBody(t, r2); got != "small" {
+				t.Errorf("small body = %q", got)
+			}
 		}
-		if got := readBody(t, r2); got != "small" {
-			t.Errorf("small body = %q", got)
-		}
-	}
+	}()
+	waitOrFail(t, &wg, "small requests after an unread 8 MiB body")
 	if got := readBody(t, r1); len(got) != len(big) {
 		t.Errorf("big body: %d bytes, want %d", len(got), len(big))
 	}
@@ -746,7 +766,7 @@ func TestResendBehindLargeBody(t *testing.T) {
 	close(release)
 	r1 := <-r1c
 	// Do not read r1 yet: the others must complete anyway.
-	wg.Wait()
+	waitOrFail(t, &wg, "requests behind an unread large body")
 	close(results)
 	for got := range results {
 		if !strings.HasPrefix(got, "/") {
