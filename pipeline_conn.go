@@ -388,7 +388,12 @@ func (c *pconn) readResponses() error {
 		resp.TLS = c.tls
 		a.finalContinue(resp)
 		closing := resp.Close || a.r.closeAfter
-		c.p.gotHeaders(c, a, closing)
+		// A response read ahead in full reports its headers to the pool
+		// together with its end (finishResponse), a moment later.
+		readAhead := f.kind == bodyNone || (f.kind == bodyLength && f.n <= maxReadAhead)
+		if !readAhead {
+			c.p.gotHeaders(c, a, closing)
+		}
 		if closing {
 			// RFC 9112 §9.6: requests written behind a response that closes
 			// the connection will not be answered; send them elsewhere, and
@@ -411,7 +416,7 @@ func (c *pconn) readResponses() error {
 			return err
 		}
 		if !done {
-			c.finishResponse(a, closing)
+			c.finishResponse(a, closing, false)
 		}
 		if closing {
 			return errConnClosing
@@ -433,7 +438,7 @@ func (c *pconn) readBody(a *attempt, resp *http.Response, f framing, closing boo
 	switch f.kind {
 	case bodyNone:
 		resp.Body = http.NoBody
-		c.finishResponse(a, closing)
+		c.finishResponse(a, closing, true)
 		a.deliver(result{resp: resp})
 		return true, nil
 	case bodyLength:
@@ -444,7 +449,7 @@ func (c *pconn) readBody(a *attempt, resp *http.Response, f framing, closing boo
 				return false, unexpected(err)
 			}
 			resp.Body = &bufferedBody{ctx: ctx, buf: buf, dst: resp}
-			c.finishResponse(a, closing)
+			c.finishResponse(a, closing, true)
 			a.deliver(result{resp: resp})
 			return true, nil
 		}
@@ -460,7 +465,7 @@ func (c *pconn) readBody(a *attempt, resp *http.Response, f framing, closing boo
 		}
 		if n <= maxReadAhead && cr.done {
 			resp.Body = &bufferedBody{ctx: ctx, buf: buf.Bytes(), dst: resp, trailer: cr.trailer}
-			c.finishResponse(a, closing)
+			c.finishResponse(a, closing, false)
 			a.deliver(result{resp: resp})
 			return true, nil
 		}
@@ -475,9 +480,9 @@ func (c *pconn) readBody(a *attempt, resp *http.Response, f framing, closing boo
 // connection in full. For bodies read ahead it runs before the response is
 // handed over, so that the connection is free again (and counted so) by the
 // time the caller sees its response, as net/http does for bodyless ones.
-func (c *pconn) finishResponse(a *attempt, closing bool) {
+func (c *pconn) finishResponse(a *attempt, closing, headers bool) {
 	c.popHead()
-	c.p.responseDone(c)
+	c.p.responseDone(c, a, closing, headers)
 	c.afterResponse(a, closing)
 }
 

@@ -411,6 +411,12 @@ func (p *hostPool) startDialLocked(reqCtx context.Context) {
 // gotHeaders records that a's final response headers arrived on c.
 func (p *hostPool) gotHeaders(c *pconn, a *attempt, closing bool) {
 	p.mu.Lock()
+	p.gotHeadersLocked(c, a, closing)
+	p.dispatchLocked()
+	p.mu.Unlock()
+}
+
+func (p *hostPool) gotHeadersLocked(c *pconn, a *attempt, closing bool) {
 	if !a.r.pipelineable || a.alone {
 		// RFC 9112 §9.3.2: others may follow once the final status of a
 		// non-idempotent request is known.
@@ -425,13 +431,16 @@ func (p *hostPool) gotHeaders(c *pconn, a *attempt, closing bool) {
 			}
 		}
 	}
-	p.dispatchLocked()
-	p.mu.Unlock()
 }
 
-// responseDone records that a response on c has been read in full.
-func (p *hostPool) responseDone(c *pconn) {
+// responseDone records that a response on c has been read in full, and,
+// if headers is true, that its headers arrived (see gotHeaders): for a
+// response read ahead in full, both are reported under one lock.
+func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers bool) {
 	p.mu.Lock()
+	if headers {
+		p.gotHeadersLocked(c, a, closing)
+	}
 	c.inflight--
 	c.served++
 	p.tick++
