@@ -153,3 +153,23 @@ func TestMergeRounds(t *testing.T) {
 		t.Errorf("merged P50Ms = %v, want the median of all four latencies", r.P50Ms)
 	}
 }
+
+// TestDelayer: the mix of timer durations averages the configured delay
+// within a generous margin (this only guards against a broken calibration).
+func TestDelayer(t *testing.T) {
+	const delay = 10 * time.Millisecond
+	d := newDelayer(delay)
+	if d.short > delay || d.long > delay || d.pLong < 0 || d.pLong > 1 {
+		t.Fatalf("newDelayer(%v) = %+v, want durations <= the delay and 0 <= pLong <= 1", delay, d)
+	}
+	var sum time.Duration
+	const n = 40
+	for range n {
+		t0 := time.Now()
+		time.Sleep(d.next())
+		sum += time.Since(t0)
+	}
+	if mean := sum / n; mean < delay/2 || mean > 2*delay {
+		t.Errorf("mean real delay = %v, want about %v", mean, delay)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -67,38 +68,90 @@ func startServer(cfg serverConfig) (*testServer, error) {
 	}
 }
 
-// timerSlack is how late this machine's timers fire, measured once: a
-// sleep of d returns after d plus about this much (0.3 ms was seen on a
-// 2-core VM). The servers subtract it, so that a response is ready the
-// configured delay after its request was read, as the ideal throughput
-// assumes, instead of a timer's slack later.
-var timerSlack = sync.OnceValue(func() time.Duration {
-	const n, d = 20, 2 * time.Millisecond
-	var late time.Duration
-	for range n {
-		start := time.Now()
-		time.Sleep(d)
-		late += time.Since(start) - d
-	}
-	return max(late/n, 0)
-})
+// A delayer makes responses ready a configured delay after their request,
+// on average. Go's timers fire on a grid of about a millisecond when the
+// process is otherwise idle (on the 2-core VM this was built on, a 9 ms sleep
+// took 9.3 ms, a 9.3 ms sleep 10.3 ms and a 10 ms sleep 10.4 ms), so no
+// single duration gives the delay asked for. The delayer measures the real
+// length of timers around the delay once, then mixes the two durations whose
+// real lengths bracket the delay, in the proportion that makes the mean
+// real delay the configured one, as the ideal throughput assumes.
+type delayer struct {
+	short, long time.Duration
+	pLong       float64 // probability of the long duration
+}
 
-// timerDelay returns the timer duration that makes a response ready delay
-// after its request.
-func timerDelay(delay time.Duration) time.Duration {
+func newDelayer(delay time.Duration) delayer {
 	if delay <= 0 {
-		return 0
+		return delayer{}
 	}
-	return max(delay-timerSlack(), delay/2)
+	const step, span, samples = 100 * time.Microsecond, 2 * time.Millisecond, 8
+	var cands []time.Duration
+	for c := max(delay-span, step); c <= delay; c += step {
+		cands = append(cands, c)
+	}
+	// Measure all candidates concurrently, as the server's timers run.
+	real := make([]time.Duration, len(cands))
+	var mu sync.Mutex
+	for range 3 {
+		var wg sync.WaitGroup
+		for i, c := range cands {
+			for range samples {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					t := time.Now()
+					time.Sleep(c)
+					el := time.Since(t)
+					mu.Lock()
+					real[i] += el
+					mu.Unlock()
+				}()
+			}
+		}
+		wg.Wait()
+	}
+	for i := range real {
+		real[i] /= 3 * samples
+	}
+	d := delayer{short: cands[0], long: delay}
+	shortReal, longReal := real[0], real[len(real)-1]
+	for i, c := range cands {
+		if real[i] <= delay && real[i] >= shortReal {
+			d.short, shortReal = c, real[i]
+		}
+	}
+	for i := len(cands) - 1; i >= 0; i-- {
+		if real[i] >= delay && real[i] <= longReal {
+			d.long, longReal = cands[i], real[i]
+		}
+	}
+	switch {
+	case shortReal > delay: // every timer is late: take the shortest
+		d.long, d.pLong = d.short, 0
+	case longReal < delay: // none reaches the delay: take the longest
+		d.short, d.pLong = d.long, 1
+	case longReal > shortReal:
+		d.pLong = float64(delay-shortReal) / float64(longReal-shortReal)
+	}
+	return d
+}
+
+// next returns the timer duration for one response.
+func (d delayer) next() time.Duration {
+	if d.pLong > 0 && rand.Float64() < d.pLong {
+		return d.long
+	}
+	return d.short
 }
 
 func serialHandler(delay time.Duration, body []byte) http.Handler {
 	clen := strconv.Itoa(len(body))
-	delay = timerDelay(delay)
+	d := newDelayer(delay)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		if delay > 0 {
-			time.Sleep(delay)
+			time.Sleep(d.next())
 		}
 		h := w.Header()
 		h["Content-Length"] = []string{clen}
@@ -113,10 +166,11 @@ func serialHandler(delay time.Duration, body []byte) http.Handler {
 // handling (a timer of the configured delay), and a writer, which writes the
 // responses in request order as they become ready.
 type concurrentServer struct {
-	ln    net.Listener
-	delay time.Duration
-	resp  []byte // keep-alive response
-	last  []byte // response to a request with "Connection: close"
+	ln      net.Listener
+	delay   time.Duration
+	delayer delayer
+	resp    []byte // keep-alive response
+	last    []byte // response to a request with "Connection: close"
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
@@ -128,7 +182,7 @@ func newConcurrentServer(ln net.Listener, delay time.Duration, body []byte) *con
 	head := fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\nContent-Type: text/plain\r\n", len(body))
 	resp := append([]byte(head+"\r\n"), body...)
 	last := append([]byte(head+"Connection: close\r\n\r\n"), body...)
-	return &concurrentServer{ln: ln, delay: timerDelay(delay), resp: resp, last: last, conns: make(map[net.Conn]struct{})}
+	return &concurrentServer{ln: ln, delay: delay, delayer: newDelayer(delay), resp: resp, last: last, conns: make(map[net.Conn]struct{})}
 }
 
 func (s *concurrentServer) serve() {
@@ -202,7 +256,7 @@ func (s *concurrentServer) serveConn(c net.Conn) {
 			sl.resp, sl.last = s.last, true
 		}
 		if s.delay > 0 {
-			time.AfterFunc(s.delay, func() { close(sl.done) })
+			time.AfterFunc(s.delayer.next(), func() { close(sl.done) })
 		} else {
 			close(sl.done)
 		}
