@@ -248,8 +248,21 @@ func (c *pconn) flushSoon() error {
 		return nil
 	}
 	runtime.Gosched()
-	// Counted as a pending writer while waiting, so that writers that
-	// finish meanwhile leave their flush to this one.
+	return c.flushBuffered()
+}
+
+// flushLeftovers flushes requests that a writer left buffered expecting a
+// writer behind it to flush, when that writer gave up.
+func (c *pconn) flushLeftovers() {
+	if err := c.flushBuffered(); err != nil && err != net.ErrClosed {
+		c.fail(err)
+	}
+}
+
+// flushBuffered takes the write token and flushes whatever is buffered. It
+// counts as a pending writer while it waits, so that writers finishing
+// meanwhile leave their flush to it.
+func (c *pconn) flushBuffered() error {
 	c.pendingWriters.Add(1)
 	select {
 	case c.writeLock <- struct{}{}:
@@ -264,24 +277,6 @@ func (c *pconn) flushSoon() error {
 	}
 	<-c.writeLock
 	return err
-}
-
-// flushLeftovers flushes requests that a writer left buffered expecting a
-// writer behind it to flush, when that writer gave up.
-func (c *pconn) flushLeftovers() {
-	select {
-	case c.writeLock <- struct{}{}:
-	case <-c.closed:
-		return
-	}
-	var err error
-	if c.bw.Buffered() > 0 && c.pendingWriters.Load() == 0 {
-		err = c.bw.Flush()
-	}
-	<-c.writeLock
-	if err != nil {
-		c.fail(err)
-	}
 }
 
 // armHeaderTimeout is called twice per attempt when ResponseHeaderTimeout is
