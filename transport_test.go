@@ -88,6 +88,29 @@ func serveEcho(c net.Conn, br *bufio.Reader) {
 	}
 }
 
+// getEchoes sends GETs of /0 ... /n-1 concurrently through tr to an echo
+// server and checks that each gets its own path back.
+func getEchoes(t *testing.T, tr http.RoundTripper, srv *rawServer, n int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			path := fmt.Sprintf("/%d", i)
+			resp, err := get(t, tr, srv.url(path))
+			if err != nil {
+				t.Errorf("GET %s: %v", path, err)
+				return
+			}
+			if got := readBody(t, resp); got != path {
+				t.Errorf("GET %s: body = %q, want %q", path, got, path)
+			}
+		}()
+	}
+	waitOrFail(t, &wg, "concurrent GETs")
+}
+
 // verifyNoLeaks fails the test if goroutines started during it are still
 // running after cleanup (the Transport must have been closed).
 func verifyNoLeaks(t *testing.T) {
@@ -157,23 +180,7 @@ func TestPipelinesOnOneConnection(t *testing.T) {
 		serveEcho(c, br)
 	})
 	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: depth, HeadOfLineTimeout: -1})
-	var wg sync.WaitGroup
-	for i := range depth {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			path := fmt.Sprintf("/%d", i)
-			resp, err := get(t, tr, srv.url(path))
-			if err != nil {
-				t.Errorf("GET %s: %v", path, err)
-				return
-			}
-			if got := readBody(t, resp); got != path {
-				t.Errorf("GET %s: body = %q, want %q", path, got, path)
-			}
-		}()
-	}
-	wg.Wait()
+	getEchoes(t, tr, srv, depth)
 	if n := srv.conns.Load(); n != 1 {
 		t.Errorf("connections = %d, want 1", n)
 	}
@@ -399,23 +406,7 @@ func TestConnectionCloseMidPipeline(t *testing.T) {
 		}
 	})
 	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 2, PipelineDepth: 8})
-	var wg sync.WaitGroup
-	for i := range 200 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			path := fmt.Sprintf("/%d", i)
-			resp, err := get(t, tr, srv.url(path))
-			if err != nil {
-				t.Errorf("GET %s: %v", path, err)
-				return
-			}
-			if got := readBody(t, resp); got != path {
-				t.Errorf("GET %s: body = %q", path, got)
-			}
-		}()
-	}
-	wg.Wait()
+	getEchoes(t, tr, srv, 200)
 }
 
 // TestNonIdempotentNotPipelined checks that nothing is written behind a POST
@@ -859,7 +850,7 @@ func TestResponseHeaderTimeoutCountsFromHead(t *testing.T) {
 			if req.URL.Path == "/slow" {
 				// Headers at once, body slowly: the head is "answered".
 				for range 4 {
-					time.Sleep(100 * time.Millisecond)
+					time.Sleep(400 * time.Millisecond) // 1.6 s in all: longer than the timeout
 					c.Write(make([]byte, 100))
 				}
 				continue
@@ -867,7 +858,7 @@ func TestResponseHeaderTimeoutCountsFromHead(t *testing.T) {
 			c.Write(make([]byte, 400))
 		}
 	})
-	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 2, ResponseHeaderTimeout: 200 * time.Millisecond})
+	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 2, ResponseHeaderTimeout: time.Second})
 	key := "http://" + srv.addr
 	errc := make(chan error, 1)
 	go func() {
@@ -1200,23 +1191,7 @@ func TestLearnsRequestsPerConnection(t *testing.T) {
 	})
 	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 2, PipelineDepth: 8, HeadOfLineTimeout: -1})
 	const n = 300
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			path := fmt.Sprintf("/%d", i)
-			resp, err := get(t, tr, srv.url(path))
-			if err != nil {
-				t.Errorf("GET %s: %v", path, err)
-				return
-			}
-			if got := readBody(t, resp); got != path {
-				t.Errorf("GET %s: body = %q", path, got)
-			}
-		}()
-	}
-	wg.Wait()
+	getEchoes(t, tr, srv, n)
 	// Without the budget, each connection would be given up to 8 requests
 	// for 3 answers: about 5 extra reads per connection, 100 connections.
 	extra := int(reads.Load()) - n
