@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"sync"
-	"sync/atomic"
 )
 
 // chunkedReader decodes a chunked body (RFC 9112 §7.1) strictly from br.
@@ -162,72 +161,274 @@ func unexpected(err error) error {
 	return err
 }
 
-// bufferedBody is a response body the connection's reader has read in full.
-// It owns nothing on the connection.
-type bufferedBody struct {
-	ctx     context.Context
-	buf     []byte
-	off     int
-	trailer http.Header // received trailers, copied into dst at EOF
-	dst     *http.Response
-	mu      sync.Mutex
-	closed  bool
-}
 
-func (b *bufferedBody) Read(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return 0, ErrBodyReadAfterClose
-	}
-	if done := b.ctx.Done(); done != nil {
-		select {
-		case <-done:
-			return 0, context.Cause(b.ctx)
-		default:
+// Body buffers come from size-classed pools and go back to them when both
+// the connection's reader and the caller are done with them, so that a
+// response costs no fresh allocation of its size.
+var bodyBufClasses = [...]int{1 << 10, 4 << 10, 16 << 10, maxReadAhead}
+
+var bodyBufPools [len(bodyBufClasses)]sync.Pool
+
+// getBodyBuf returns a pooled buffer of at least n bytes (at most
+// maxReadAhead).
+func getBodyBuf(n int) []byte {
+	for i, size := range bodyBufClasses {
+		if n <= size {
+			if b, ok := bodyBufPools[i].Get().(*[]byte); ok {
+				return (*b)[:size]
+			}
+			return make([]byte, size)
 		}
 	}
-	if b.off >= len(b.buf) {
-		b.finish()
-		return 0, io.EOF
-	}
-	n := copy(p, b.buf[b.off:])
-	b.off += n
-	if b.off >= len(b.buf) {
-		b.finish()
-		return n, io.EOF
-	}
-	return n, nil
+	return make([]byte, n)
 }
 
-func (b *bufferedBody) finish() {
+func putBodyBuf(b []byte) {
+	for i, size := range bodyBufClasses {
+		if cap(b) == size {
+			b = b[:size]
+			bodyBufPools[i].Put(&b)
+			return
+		}
+	}
+}
+
+// body is a response body. The connection's reader goroutine is its only
+// writer: it copies the body from the connection into buf as it arrives,
+// waiting for room when buf is full, and reports the end (or an error)
+// only after the connection has been handed back to its pool. The caller
+// reads from buf. So the caller sees the headers at once and the bytes as
+// they arrive, and the connection's bufio.Reader never leaves its reader.
+//
+// mu guards every field below it. The reader fills buf[w:] without holding
+// mu (nothing else touches that part); only the reader compacts or grows
+// buf, under mu.
+type body struct {
+	ctx context.Context
+	dst *http.Response // receives the trailers at EOF
+
+	mu       sync.Mutex
+	cond     sync.Cond // signalled on every change below
+	buf      []byte
+	r, w     int  // unread data is buf[r:w]
+	writing  bool // the reader is filling buf[w:] outside mu
+	lent     bool // WriteTo is writing buf[r:w] outside mu
+	end      bool // the reader is done: err is final
+	err      error
+	closed   bool // the caller closed the body
+	trailer  http.Header
+	onClose  func() // set by the reader while streaming: the caller closed early
+	recycled bool
+}
+
+func newBody(ctx context.Context, dst *http.Response, buf []byte) *body {
+	b := &body{ctx: ctx, dst: dst, buf: buf}
+	b.cond.L = &b.mu
+	return b
+}
+
+// Read implements io.Reader.
+func (b *body) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for {
+		if b.closed {
+			return 0, ErrBodyReadAfterClose
+		}
+		if b.r < b.w {
+			if len(p) == 0 {
+				return 0, nil
+			}
+			if done := b.ctx.Done(); done != nil {
+				select {
+				case <-done:
+					return 0, context.Cause(b.ctx)
+				default:
+				}
+			}
+			n := copy(p, b.buf[b.r:b.w])
+			b.r += n
+			if b.r == b.w && !b.writing && b.end && b.err == nil {
+				b.atEOFLocked()
+				return n, io.EOF
+			}
+			b.cond.Broadcast()
+			return n, nil
+		}
+		if b.end {
+			if b.err != nil {
+				return 0, b.err
+			}
+			b.atEOFLocked()
+			return 0, io.EOF
+		}
+		b.cond.Wait()
+	}
+}
+
+// WriteTo lets io.Copy skip an intermediate buffer. It writes unread data
+// straight from buf, outside mu; meanwhile (lent) the reader may append
+// to buf but neither compacts nor replaces it.
+func (b *body) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for {
+		if b.closed {
+			return total, ErrBodyReadAfterClose
+		}
+		if b.r < b.w {
+			if done := b.ctx.Done(); done != nil {
+				select {
+				case <-done:
+					return total, context.Cause(b.ctx)
+				default:
+				}
+			}
+			chunk := b.buf[b.r:b.w]
+			b.lent = true
+			b.mu.Unlock()
+			n, err := w.Write(chunk)
+			b.mu.Lock()
+			b.lent = false
+			if !b.closed {
+				b.r += n
+			}
+			total += int64(n)
+			b.cond.Broadcast()
+			if err != nil {
+				return total, err
+			}
+			continue
+		}
+		if b.end {
+			if b.err != nil {
+				return total, b.err
+			}
+			b.atEOFLocked()
+			return total, nil
+		}
+		b.cond.Wait()
+	}
+}
+
+// atEOFLocked delivers the trailers and recycles the buffer once the
+// caller has read the whole body.
+func (b *body) atEOFLocked() {
 	if b.trailer != nil {
 		mergeTrailer(b.dst, b.trailer)
 		b.trailer = nil
 	}
+	b.recycleLocked()
 }
 
-func (b *bufferedBody) Close() error {
-	b.mu.Lock()
-	b.closed = true
+func (b *body) recycleLocked() {
+	if b.recycled || b.writing || b.lent || !b.end {
+		return
+	}
+	b.recycled = true
+	putBodyBuf(b.buf)
 	b.buf = nil
+	b.r, b.w = 0, 0
+}
+
+// Close implements io.Closer. Closing a body before its end tells the
+// connection's reader, which drains a small known remainder or closes the
+// connection (so the server learns at once, as with net/http).
+func (b *body) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	early := !b.end || b.r < b.w
+	onClose := b.onClose
+	b.r = b.w
+	if b.end {
+		b.recycleLocked()
+	}
+	b.cond.Broadcast()
 	b.mu.Unlock()
+	if early && onClose != nil {
+		onClose()
+	}
 	return nil
 }
 
-// WriteTo lets io.Copy skip an intermediate buffer.
-func (b *bufferedBody) WriteTo(w io.Writer) (int64, error) {
+// space waits until buf has room for the reader and returns it, growing
+// buf up to maxReadAhead first; it returns nil once the caller has closed
+// the body. Only the connection's reader calls it.
+func (b *body) space() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for {
+		if b.closed {
+			return nil
+		}
+		if b.r == b.w && !b.lent {
+			b.r, b.w = 0, 0
+		}
+		if b.w < len(b.buf) {
+			b.writing = true
+			return b.buf[b.w:]
+		}
+		if b.lent {
+			b.cond.Wait()
+			continue
+		}
+		if b.r > 0 {
+			b.w = copy(b.buf, b.buf[b.r:b.w])
+			b.r = 0
+			continue
+		}
+		if len(b.buf) < maxReadAhead {
+			nb := getBodyBuf(2 * len(b.buf))
+			copy(nb, b.buf[b.r:b.w])
+			putBodyBuf(b.buf)
+			b.buf = nb
+			continue
+		}
+		b.cond.Wait()
+	}
+}
+
+// commit makes n more bytes of buf readable.
+func (b *body) commit(n int) {
+	b.mu.Lock()
+	b.writing = false
+	b.w += n
+	b.cond.Broadcast()
+	b.mu.Unlock()
+}
+
+// finish ends the body: err nil means the whole body arrived. It runs
+// after the connection was handed back to its pool, so that a caller that
+// sees EOF finds the connection free.
+func (b *body) finish(err error, trailer http.Header) {
+	b.mu.Lock()
+	b.writing = false
+	b.end = true
+	b.err = err
+	b.trailer = trailer
+	b.onClose = nil
+	if b.closed {
+		b.recycleLocked()
+	}
+	b.cond.Broadcast()
+	b.mu.Unlock()
+}
+
+// setOnClose installs the function Close calls for an early close; it
+// reports false if the caller has already closed the body.
+func (b *body) setOnClose(f func()) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return 0, ErrBodyReadAfterClose
+		return false
 	}
-	n, err := w.Write(b.buf[b.off:])
-	b.off += n
-	if err == nil {
-		b.finish()
-	}
-	return int64(n), err
+	b.onClose = f
+	return true
 }
 
 func mergeTrailer(resp *http.Response, tr http.Header) {
@@ -238,104 +439,4 @@ func mergeTrailer(resp *http.Response, tr http.Header) {
 	for k, vv := range tr {
 		resp.Trailer[k] = vv
 	}
-}
-
-// bodyEvent is what a streaming body tells the connection's reader when it
-// gives the connection back.
-type bodyEvent uint8
-
-const (
-	bodyEOF       bodyEvent = iota // read to the end: the connection is reusable
-	bodyClosed                     // closed early: drain what remains, or close
-	bodyFailed                     // a read failed: the connection is dead
-	bodyAbandoned                  // nobody will ever read it (request cancelled)
-)
-
-// streamBody is a response body read from the connection by the caller. While
-// it is live it owns the connection's bufio.Reader; it hands it back to the
-// connection's reader goroutine through done, exactly once.
-type streamBody struct {
-	c       *pconn
-	ctx     context.Context
-	r       io.Reader // framed reader over c.br: prefix, then limited/chunked/until-close
-	remain  func() int64
-	chunked *chunkedReader
-	dst     *http.Response
-	done    chan bodyEvent // capacity 1
-
-	mu       sync.Mutex // held by Read; guards the fields below
-	closed   bool
-	finished bool
-	readErr  error
-
-	sent    atomic.Bool
-	stopCtx func() bool
-	// Guarded by c.deadlineMu: once gone, a cancellation no longer sets a
-	// read deadline; deadlineSet tells the reader to clear one.
-	gone        bool
-	deadlineSet bool
-}
-
-// signal gives the connection back to its reader goroutine, once.
-func (b *streamBody) signal(ev bodyEvent) {
-	if b.sent.CompareAndSwap(false, true) {
-		b.c.deadlineMu.Lock()
-		b.gone = true
-		b.c.deadlineMu.Unlock()
-		if b.stopCtx != nil {
-			b.stopCtx()
-		}
-		b.done <- ev
-	}
-}
-
-func (b *streamBody) Read(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return 0, ErrBodyReadAfterClose
-	}
-	if b.finished {
-		if b.readErr != nil {
-			return 0, b.readErr
-		}
-		return 0, io.EOF
-	}
-	n, err := b.r.Read(p)
-	if err == io.EOF {
-		b.finished = true
-		if b.chunked != nil && b.chunked.trailer != nil {
-			mergeTrailer(b.dst, b.chunked.trailer)
-		}
-		b.signal(bodyEOF)
-		return n, io.EOF
-	}
-	if err != nil {
-		if cerr := context.Cause(b.ctx); cerr != nil && b.ctx.Err() != nil {
-			err = cerr
-		}
-		b.finished = true
-		b.readErr = err
-		b.signal(bodyFailed)
-	}
-	return n, err
-}
-
-func (b *streamBody) Close() error {
-	if !b.mu.TryLock() {
-		// A Read is blocked on the connection: unblock it by closing the
-		// connection, then wait for it to return.
-		b.c.closeConn()
-		b.mu.Lock()
-	}
-	defer b.mu.Unlock()
-	if b.closed {
-		return nil
-	}
-	b.closed = true
-	if !b.finished {
-		b.finished = true
-		b.signal(bodyClosed)
-	}
-	return nil
 }

@@ -10,10 +10,14 @@ import (
 // queued when [Transport.Close] is called, and for every later call.
 var ErrTransportClosed = errors.New("pipelined: transport closed")
 
-// ErrServerClosed reports that a connection closed after a request was
-// written to it and before its response arrived, and that the request could
-// not be retried because it is not idempotent or its body is not
-// replayable. The server may or may not have processed the request.
+// ErrServerClosed reports that the connection a request was written to
+// closed (or failed) before the request's response arrived, and that the
+// request was not sent again, because it is not idempotent, its body cannot
+// be replayed, or it was the first request on a fresh connection (which
+// net/http does not retry either: the request itself may have made the
+// server fail). Some or all of the request reached the server: it may or
+// may not have been processed. It is matched through a [*ConnError] whose
+// Written field is true.
 var ErrServerClosed = errors.New("pipelined: server closed connection before answering")
 
 // ErrFraming reports a response whose framing is malformed or ambiguous
@@ -43,29 +47,30 @@ func framingErrorf(format string, args ...any) error {
 	return &FramingError{Reason: fmt.Sprintf(format, args...)}
 }
 
-// A ConnError is returned when the connection a request was written to
-// failed before the request's response headers arrived. Err is the
-// underlying cause; Retryable reports whether the transport considered the
-// request safe to send again (it then already did, within its retry budget).
+// A ConnError is returned when the connection a request was sent on failed
+// before the request's response headers arrived, and the transport did not
+// (or could no longer) send it again (docs/reliability.md lists when it
+// does). Err is the underlying cause. If Written is true, some of the
+// request reached the connection and the error also matches
+// [ErrServerClosed]: the server may have processed it.
 type ConnError struct {
-	Err       error
-	Written   bool // some of the request may have reached the server
-	Retryable bool
+	Err     error
+	Written bool
 
-	noRetry bool // the server answered this request, badly or too late
+	fail failure // what happened, for the retry decision (retry.go)
 }
 
 func (e *ConnError) Error() string {
-	if e.Written && !e.Retryable {
+	if e.Written {
 		return fmt.Sprintf("%v: %v", ErrServerClosed, e.Err)
 	}
 	return "pipelined: connection failed: " + e.Err.Error()
 }
 
-// Unwrap returns the underlying cause and, for a request that was written
-// and could not be retried, [ErrServerClosed].
+// Unwrap returns the underlying cause and, for a request that was written,
+// [ErrServerClosed].
 func (e *ConnError) Unwrap() []error {
-	if e.Written && !e.Retryable {
+	if e.Written {
 		return []error{ErrServerClosed, e.Err}
 	}
 	return []error{e.Err}

@@ -45,7 +45,7 @@ func (c *pconn) waitForContinue(a *attempt) func() bool {
 	if a.continueCh == nil {
 		return nil
 	}
-	d := c.p.t.opts.ExpectContinueTimeout
+	d := c.t.opts.ExpectContinueTimeout
 	return func() bool {
 		if d <= 0 {
 			return true // as net/http: zero means send the body at once

@@ -12,10 +12,13 @@ import (
 // pipelining-hostile hosts:
 //
 //   - Slow head. When the oldest request on a connection has waited longer
-//     than TransportOptions.HeadOfLineTimeout for its response headers, the
-//     idempotent requests written behind it are re-sent on other
-//     connections (their late answers are read and discarded), and the
-//     connection takes no new requests until the head's headers arrive.
+//     than TransportOptions.HeadOfLineTimeout for its response headers, or
+//     its open-ended body has been streaming that long, the safe requests
+//     written behind it (mayDuplicate) are re-sent on other connections
+//     (their late answers are read and discarded), and the connection
+//     takes no new requests until the head's headers arrive (or its body
+//     ends). Requests that are not safe are never pipelined, so none is
+//     ever behind a head: none can run after a later request.
 //   - Depth fallback. A host whose connections fail with pipelined requests
 //     outstanding (malformed responses, closes or resets mid-pipeline)
 //     pipelineFallbackAfter times within pipelineFailureWindow gets an
@@ -51,21 +54,32 @@ func (t *Transport) holTimeout() time.Duration {
 // per connection is reused for every head, so that the guard costs no
 // allocation per request.
 type holGuard struct {
-	mu    sync.Mutex
-	head  *attempt // the head whose timer is running
-	timer *time.Timer
-	slow  bool // setSlow(c, true) was called for the current head
+	mu     sync.Mutex
+	head   *attempt // the head whose timer is running
+	stream bool     // the timer runs for head's open-ended body, not its headers
+	timer  *time.Timer
+	slow   bool // setSlow(c, true) was called for the current head
 }
 
 // holStart starts a's head-of-line timer: a is fully written and has just
 // become the oldest unanswered request on c.
 func (c *pconn) holStart(a *attempt) {
-	d := c.p.t.holTimeout()
-	if d <= 0 || c.p.t.depth <= 1 {
+	c.holArm(a, false)
+}
+
+// holStartStream starts the timer for a's open-ended body, whose headers
+// have arrived.
+func (c *pconn) holStartStream(a *attempt) {
+	c.holArm(a, true)
+}
+
+func (c *pconn) holArm(a *attempt, stream bool) {
+	d := c.t.holTimeout()
+	if d <= 0 || c.t.depth <= 1 {
 		return
 	}
 	c.mu.Lock()
-	head := len(c.fifo) > 0 && c.fifo[0] == a && !a.headersRead
+	head := len(c.fifo) > 0 && c.fifo[0] == a && a.headersRead == stream
 	c.mu.Unlock()
 	if !head {
 		return // answered already
@@ -74,6 +88,7 @@ func (c *pconn) holStart(a *attempt) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.head = a
+	g.stream = stream
 	if g.timer == nil {
 		g.timer = time.AfterFunc(d, c.holFireCurrent)
 	} else {
@@ -92,7 +107,7 @@ func (c *pconn) holStop() {
 	g.head = nil
 	if g.slow {
 		g.slow = false
-		c.p.setSlow(c, false)
+		c.ev.setSlow(c, false)
 	}
 	g.mu.Unlock()
 }
@@ -113,22 +128,22 @@ func (c *pconn) holFireCurrent() {
 func (c *pconn) holFire(a *attempt) {
 	g := &c.hol
 	g.mu.Lock()
-	current := g.head == a
+	current, stream := g.head == a, g.stream
 	g.mu.Unlock()
 	if !current {
 		return
 	}
 	c.mu.Lock()
-	stuck := !c.dead && len(c.fifo) > 0 && c.fifo[0] == a && !a.headersRead
+	stuck := !c.dead && len(c.fifo) > 0 && c.fifo[0] == a && a.headersRead == stream
 	behind := len(c.fifo) - 1
 	c.mu.Unlock()
 	if !stuck {
 		return
 	}
-	// Nothing new goes behind a slow head; what is already behind it, and
-	// idempotent (nothing else is ever written behind another request),
-	// is re-sent elsewhere. Its slots stay in fifo: late answers are read
-	// and discarded, so the connection stays usable.
+	// Nothing new goes behind a slow head (a streaming one takes nothing
+	// new already); what is already behind it, and safe, is re-sent
+	// elsewhere. Its slots stay in fifo: late answers are read and
+	// discarded, so the connection stays usable.
 	g.mu.Lock()
 	if g.head != a {
 		g.mu.Unlock()
@@ -136,25 +151,15 @@ func (c *pconn) holFire(a *attempt) {
 	}
 	// Under g.mu (lock order: holGuard.mu, then hostPool.mu), so that a
 	// concurrent holStop cannot clear it first.
-	g.slow = true
-	c.p.setSlow(c, true)
+	if !stream {
+		g.slow = true
+		c.ev.setSlow(c, true)
+	}
 	g.mu.Unlock()
 	if behind > 0 {
-		c.resendBehind()
+		c.resendBehind(false)
 		c.dropIfUnwanted() // a head nobody waits for, and nothing left behind it
 	}
-}
-
-// setSlow records whether c's head is slow. A slow connection takes no new
-// requests.
-func (p *hostPool) setSlow(c *pconn, on bool) {
-	p.mu.Lock()
-	was := c.slow
-	c.slow = on
-	if was && !on {
-		p.dispatchLocked()
-	}
-	p.mu.Unlock()
 }
 
 // depthLocked returns the host's effective pipeline depth: 1 while it is

@@ -15,47 +15,31 @@ var (
 	errTooManyIdle     = errors.New("pipelined: too many idle connections")
 )
 
-// afterResponse runs on c's reader goroutine once a's response has been
-// read in full and reported to the pool (hostPool.responseDone). It closes
-// c if keeping it idle would exceed MaxIdleConnsPerHost, reports the
-// outcome to a's ClientTrace.PutIdleConn, and enforces MaxIdleConns.
-//
-// PutIdleConn(nil) means the connection is kept for reuse: on a pipelined
-// connection it may still carry requests written behind a. A non-nil error
-// means the connection is closed instead: the response closed it, or an
-// idle limit did. As in net/http, it is not called with DisableKeepAlives.
-func (c *pconn) afterResponse(a *attempt, closing bool) {
-	p := c.p
-	o := &p.t.opts
-	var err error
-	if closing {
-		err = errConnClosing
-	} else if o.MaxIdleConnsPerHost != 0 { // zero keeps them all: nothing to count
-		p.mu.Lock()
-		if c.inflight == 0 && !c.closing {
-			limit := max(o.MaxIdleConnsPerHost, 0)
-			idle := 0
-			for _, o := range p.conns {
-				if o.inflight == 0 && !o.closing {
-					idle++
-				}
-			}
-			if idle > limit {
-				c.closing = true
-				err = errTooManyIdleHost
-			}
+// keepIdleLocked reports whether c, which has just become idle, may stay
+// open under MaxIdleConnsPerHost. p.mu must be held.
+func (p *hostPool) keepIdleLocked(c *pconn) bool {
+	limit := p.t.opts.MaxIdleConnsPerHost
+	if limit == 0 { // zero keeps them all: nothing to count
+		return true
+	}
+	idle := 0
+	for _, o := range p.conns {
+		if o.s.idle() {
+			idle++
 		}
-		p.mu.Unlock()
 	}
-	if t := a.r.trace; t != nil && t.PutIdleConn != nil && !o.DisableKeepAlives {
+	return idle <= max(limit, 0)
+}
+
+// putIdleTrace reports to a's ClientTrace.PutIdleConn what became of c
+// once a's response was read in full: nil means the connection is kept for
+// reuse (on a pipelined connection it may still carry requests written
+// behind a); an error means it is closed (the response closed it, or an
+// idle limit did). As in net/http, it is not called with
+// DisableKeepAlives.
+func (c *pconn) putIdleTrace(a *attempt, err error) {
+	if t := a.r.trace; t != nil && t.PutIdleConn != nil && !c.t.opts.DisableKeepAlives {
 		t.PutIdleConn(err)
-	}
-	if err == errTooManyIdleHost {
-		c.fail(err)
-		return
-	}
-	if !closing && o.MaxIdleConns > 0 {
-		p.t.trimIdleConns()
 	}
 }
 
@@ -65,6 +49,7 @@ func (c *pconn) afterResponse(a *attempt, closing bool) {
 func (t *Transport) trimIdleConns() {
 	max := t.opts.MaxIdleConns
 	type idleConn struct {
+		p     *hostPool
 		c     *pconn
 		since time.Time
 	}
@@ -72,8 +57,8 @@ func (t *Transport) trimIdleConns() {
 	for _, p := range t.poolList() {
 		p.mu.Lock()
 		for _, c := range p.conns {
-			if c.inflight == 0 && !c.closing {
-				idle = append(idle, idleConn{c, c.idleSince})
+			if c.s.idle() {
+				idle = append(idle, idleConn{p, c, c.s.idleSince})
 			}
 		}
 		p.mu.Unlock()
@@ -83,11 +68,11 @@ func (t *Transport) trimIdleConns() {
 	}
 	slices.SortFunc(idle, func(a, b idleConn) int { return a.since.Compare(b.since) })
 	for _, ic := range idle[:len(idle)-max] {
-		p := ic.c.p
+		p := ic.p
 		p.mu.Lock()
-		still := ic.c.inflight == 0 && !ic.c.closing
+		still := ic.c.s.idle()
 		if still {
-			ic.c.closing = true
+			p.retireLocked(ic.c)
 		}
 		p.mu.Unlock()
 		if still {

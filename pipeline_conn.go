@@ -2,7 +2,6 @@ package pipelined
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -18,34 +17,42 @@ import (
 // A pconn is one HTTP/1.1 connection carrying a pipeline of requests.
 //
 // Ownership:
-//   - Requests are written by the goroutines of their RoundTrip calls, one at
-//     a time: holding a token of writeLock means owning bw. Each writer
-//     appends its attempt to fifo (under mu) before writing its first byte,
-//     so a response can never arrive for a request that is not in fifo.
-//   - One reader goroutine (readLoop) owns br and parses responses strictly
-//     in fifo order (RFC 9112 §9.2). While a large response body streams to
-//     its caller, the body owns br and hands it back through a channel.
-//   - The scheduling fields at the end of the struct belong to the host
-//     pool and are guarded by hostPool.mu. The connection reports events to
-//     its pool (headers read, response done, closing, dead); the pool never
-//     calls back into a connection while holding its lock.
-//   - Lock order: holGuard.mu before hostPool.mu. pconn.mu, deadlineMu and
-//     wdMu are leaves: nothing else is locked while one is held.
+//   - Requests are written by the goroutines of their RoundTrip calls (or,
+//     for a request body, a goroutine of its own), one at a time: holding
+//     the token of writeLock means owning bw. Each writer appends its
+//     attempt to fifo (under mu) before writing its first byte, so a
+//     response can never arrive for a request that is not in fifo.
+//   - One reader goroutine (readLoop) owns br for the connection's whole
+//     life and parses responses strictly in fifo order (RFC 9112 §9.2). It
+//     copies bodies into their response's body buffer (body.go).
+//   - mu guards fifo, answered, noWrite and dead: the wire-level state.
+//   - The schedulable state (sched) belongs to the pool and is guarded by
+//     hostPool.mu. The connection changes it only by reporting events
+//     (connEvents), and always reports first: it tells the pool that it
+//     takes no new request (retire) or is gone (removed) before it refuses
+//     a write (noWrite, dead). So the pool never hands out a connection
+//     that cannot write.
+//   - Lock order: holGuard.mu, then hostPool.mu. pconn.mu, deadlineMu,
+//     wdMu and a body's mu are leaves: nothing else is locked while one is
+//     held. No user callback runs under any of them.
 type pconn struct {
-	p    *hostPool
+	ev   connEvents // the pool
+	t    *Transport
 	conn net.Conn
 	tls  *tls.ConnectionState
 	br   *bufio.Reader
 	bw   *bufio.Writer
+	wc   wireCounter // counts the bytes bw hands to conn
 
 	writeLock      chan struct{} // capacity 1: a token held = bw owned
 	pendingWriters atomic.Int32  // writers waiting for writeLock; the last one flushes
 	wdMu           sync.Mutex    // serialises write-deadline changes on cancellation
 
-	mu      sync.Mutex // guards fifo, dead and noWrite
-	fifo    []*attempt // attempts written and not fully answered, in wire order
-	dead    bool
-	noWrite bool // the connection ends after responses already due: write nothing more
+	mu       sync.Mutex // guards the fields below up to closeOnce
+	fifo     []*attempt // attempts written and not fully answered, in wire order
+	answered int        // responses read in full
+	noWrite  bool       // the connection ends after responses already due
+	dead     bool
 
 	closeOnce sync.Once
 	closed    chan struct{} // closed when conn is closed
@@ -55,34 +62,65 @@ type pconn struct {
 
 	hol holGuard // head-of-line timer (holprotect.go); has its own mutex
 
-	// Scheduling state, guarded by p.mu (see scheduler.go).
-	inflight     int       // attempts assigned and not yet answered
-	exclusive    bool      // an attempt that nothing may follow is unanswered
-	closing      bool      // takes no more requests
-	large        bool      // the head response is streaming a large body
-	slow         bool      // the head has waited past HeadOfLineTimeout (holprotect.go)
-	reserved     bool      // kept for a request that needs an idle connection
-	served       int       // responses completed
-	assigned     int       // requests assigned, ever
-	atBudget     bool      // closing because assigned reached hostPool.budget
-	serverClosed bool      // the server said it closes the connection
-	headTick     uint64    // logical time the current head became the head
-	idleSince    time.Time // when inflight last became 0
-	idleTimer    *time.Timer
+	s sched // schedulable state: guarded by hostPool.mu (pool.go)
 }
 
-func newPconn(p *hostPool, conn net.Conn, state *tls.ConnectionState) *pconn {
-	o := &p.t.opts
-	return &pconn{
-		p:         p,
+// wireCounter is the connection as bw sees it: it counts the bytes
+// written, so that whether a request reached the connection is known
+// exactly (net/http's persistConn.nwrite).
+type wireCounter struct {
+	conn net.Conn
+	n    atomic.Int64
+}
+
+func (w *wireCounter) Write(p []byte) (int, error) {
+	n, err := w.conn.Write(p)
+	w.n.Add(int64(n))
+	return n, err
+}
+
+// connEvents is what a connection reports to its pool: the one direction
+// in which state flows from a connection. Each method takes the pool's
+// lock; a connection calls them holding none of its own.
+type connEvents interface {
+	// gotHeaders: a's final response head arrived and its body is being
+	// read; closing: the connection ends after it.
+	gotHeaders(c *pconn, a *attempt, closing bool)
+	// responseDone: a's response was read in full (with its headers, if
+	// headers is true). It returns why the connection is closed after it,
+	// or nil if the connection is kept.
+	responseDone(c *pconn, a *attempt, closing, headers bool) error
+	// streaming: the head's body has no end in sight; nothing new may be
+	// placed behind it until responseDone.
+	streaming(c *pconn)
+	// setSlow: the head has waited past the head-of-line timeout (or no
+	// longer does).
+	setSlow(c *pconn, on bool)
+	// retire: the connection takes no new request.
+	retire(c *pconn)
+	// removed: the connection is closed or detached.
+	removed(c *pconn)
+	// failed: the connection failed with err while unanswered requests
+	// were written on it, after answered responses.
+	failed(c *pconn, err error, unanswered, answered int)
+}
+
+func newPconn(t *Transport, ev connEvents, conn net.Conn, state *tls.ConnectionState) *pconn {
+	o := &t.opts
+	c := &pconn{
+		ev:        ev,
+		t:         t,
 		conn:      conn,
 		tls:       state,
 		br:        bufio.NewReaderSize(conn, o.ReadBufferSize),
-		bw:        bufio.NewWriterSize(conn, o.WriteBufferSize),
 		writeLock: make(chan struct{}, 1),
 		closed:    make(chan struct{}),
-		idleSince: time.Now(),
 	}
+	c.wc.conn = conn
+	c.bw = bufio.NewWriterSize(&c.wc, o.WriteBufferSize)
+	c.s.idleSince = time.Now()
+	c.s.opened = c.s.idleSince
+	return c
 }
 
 var errNotWritten = errors.New("pipelined: request not written")
@@ -91,6 +129,11 @@ func noStop() bool { return true }
 
 // aLongTimeAgo is a deadline that makes blocked I/O return at once.
 var aLongTimeAgo = time.Unix(1, 0)
+
+// maxInlineBody is the largest replayable request body written in the
+// caller's goroutine; other bodies are written by a goroutine of their own
+// while the caller waits for the response (full duplex, as net/http).
+const maxInlineBody = 64 << 10
 
 // send writes a's request on c. It returns a non-nil error only when
 // nothing of the request was written (errNotWritten, or the context's
@@ -130,13 +173,28 @@ func (c *pconn) send(a *attempt) error {
 		}
 		return errNotWritten
 	}
+	a.wireOff = c.wc.n.Load() + int64(c.bw.Buffered())
+	a.reused = c.answered > 0 || len(c.fifo) > 0
 	c.fifo = append(c.fifo, a)
 	head := len(c.fifo) == 1
 	c.mu.Unlock()
 	if head {
 		c.armHeaderTimeout(a)
 	}
+	if body != nil && !(r.req.GetBody != nil && r.req.ContentLength > 0 && r.req.ContentLength <= maxInlineBody) {
+		// Full duplex: the response may come (and be returned) while the
+		// body is still being written, as with net/http.
+		a.writeDone = make(chan struct{})
+		go c.write(a, body)
+		return nil
+	}
+	c.write(a, body)
+	return nil
+}
 
+// write writes a's request, holding the write token, and releases it.
+func (c *pconn) write(a *attempt, body io.ReadCloser) {
+	r := a.r
 	var cancelled bool
 	stop := noStop
 	var deadline bool
@@ -172,7 +230,7 @@ func (c *pconn) send(a *attempt) error {
 	}
 	// A pipelineable request is flushed by the last of the writers that
 	// queue up behind one another (see flushSoon); others at once.
-	deferFlush := r.pipelineable && !a.alone && tunnel == nil && c.p.t.depth > 1
+	deferFlush := r.pipelineable && !a.alone && tunnel == nil && c.t.depth > 1
 	if werr == nil && !deferFlush {
 		werr = c.bw.Flush()
 	}
@@ -190,33 +248,42 @@ func (c *pconn) send(a *attempt) error {
 		}
 		c.wdMu.Unlock()
 	}
+	a.written.Store(werr == nil)
+	if a.writeDone != nil {
+		close(a.writeDone)
+	}
 	if werr != nil {
-		var be *requestBodyError
-		if errors.As(werr, &be) {
-			// The caller's body failed: report its error, not a
-			// connection error. The connection holds a partial request.
-			a.deliver(result{err: be.err})
-		} else if cerr := context.Cause(r.ctx); cerr != nil && r.ctx.Err() != nil {
-			a.deliver(result{err: cerr})
-		} else if tunnel == nil && !isTimeout(werr) {
-			// The peer closed or reset the connection. Responses it sent
-			// before that may still be in our receive buffer: stop writing
-			// and let the reader take them, then fail what is left (RFC
-			// 9112 §9.6 on the TCP reset problem).
-			c.stopWriting()
-			return nil
-		}
-		if tunnel != nil {
-			tunnel.Close()
-		}
-		c.fail(werr)
-		return nil
+		c.writeFailed(a, werr, tunnel)
+		return
 	}
 	if tunnel != nil {
 		go c.copyTunnel(tunnel)
 	}
 	c.armHeaderTimeout(a)
-	return nil
+}
+
+// writeFailed settles a failed write of a's request.
+func (c *pconn) writeFailed(a *attempt, werr error, tunnel io.ReadCloser) {
+	r := a.r
+	var be *requestBodyError
+	if errors.As(werr, &be) {
+		// The caller's body failed: report its error, not a connection
+		// error. The connection holds a partial request.
+		a.deliver(result{err: be.err})
+	} else if cerr := context.Cause(r.ctx); cerr != nil && r.ctx.Err() != nil {
+		a.deliver(result{err: cerr})
+	} else if tunnel == nil && !isTimeout(werr) {
+		// The peer closed or reset the connection. Responses it sent
+		// before that may still be in our receive buffer: stop writing and
+		// let the reader take them, then fail what is left (RFC 9112 §9.6
+		// on the TCP reset problem).
+		c.stopWriting()
+		return
+	}
+	if tunnel != nil {
+		tunnel.Close()
+	}
+	c.fail(werr)
 }
 
 // copyTunnel writes the body of a CONNECT request to the connection
@@ -228,27 +295,37 @@ func (c *pconn) copyTunnel(body io.ReadCloser) {
 	io.Copy(c.conn, body)
 }
 
-// stopWriting makes c take no more requests after a write error, leaving
-// the read side open so that responses already received are read.
+// stopWriting makes c take no more requests, leaving the read side open so
+// that responses already due are read. The pool learns it first.
 func (c *pconn) stopWriting() {
+	c.ev.retire(c)
 	c.mu.Lock()
 	c.noWrite = true
 	c.mu.Unlock()
-	c.p.markClosing(c)
 }
 
 // flushSoon makes sure that what the caller has just written is flushed,
 // coalescing it with the requests of other writers: if a writer is waiting
-// for the write token, that writer will flush; otherwise this goroutine
-// yields once, so that callers about to write on this connection (typically
-// those woken by the responses the reader has just delivered) can add their
-// requests, and then flushes everything buffered in one write.
+// for the write token, that writer will flush; otherwise, if the
+// connection is pipelining (other requests are in flight: their callers,
+// woken by the responses just delivered, may be about to write here), this
+// goroutine yields once so that they can add their requests, and then
+// flushes everything buffered in one write. A request alone on its
+// connection has nothing to coalesce with and is flushed at once.
 func (c *pconn) flushSoon() error {
 	if c.pendingWriters.Load() > 0 {
 		return nil
 	}
-	runtime.Gosched()
+	if c.inflight() > 1 {
+		runtime.Gosched()
+	}
 	return c.flushBuffered()
+}
+
+func (c *pconn) inflight() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.fifo)
 }
 
 // flushLeftovers flushes requests that a writer left buffered expecting a
@@ -279,16 +356,16 @@ func (c *pconn) flushBuffered() error {
 	return err
 }
 
-// armHeaderTimeout is called twice per attempt when ResponseHeaderTimeout is
-// set: once when it is fully written and once when it becomes the oldest
-// unanswered request on c. The second call starts the timer, as a read
-// deadline on the connection.
+// armHeaderTimeout is called twice per attempt: once when it is fully
+// written and once when it becomes the oldest unanswered request on c. The
+// second call starts the head-of-line timer and, if ResponseHeaderTimeout
+// is set, the header timer, as a read deadline on the connection.
 func (c *pconn) armHeaderTimeout(a *attempt) {
 	if a.arm.Add(1) != 2 {
 		return
 	}
 	c.holStart(a)
-	d := c.p.t.opts.ResponseHeaderTimeout
+	d := c.t.opts.ResponseHeaderTimeout
 	if d <= 0 {
 		return
 	}
@@ -302,7 +379,7 @@ func (c *pconn) armHeaderTimeout(a *attempt) {
 
 // disarm stops a's header timer, reporting whether it was running.
 func (c *pconn) disarm(a *attempt) bool {
-	if c.p.t.opts.ResponseHeaderTimeout <= 0 {
+	if c.t.opts.ResponseHeaderTimeout <= 0 {
 		return false
 	}
 	c.deadlineMu.Lock()
@@ -318,7 +395,7 @@ func (c *pconn) disarm(a *attempt) bool {
 
 // readLoop reads responses until the connection fails or closes.
 func (c *pconn) readLoop() {
-	defer c.p.t.wg.Done()
+	defer c.t.wg.Done()
 	err := c.readResponses()
 	if err == errUpgraded {
 		c.detach()
@@ -346,7 +423,7 @@ func (c *pconn) head() *attempt {
 }
 
 func (c *pconn) readResponses() error {
-	limit := c.p.t.opts.MaxResponseHeaderBytes
+	limit := c.t.opts.MaxResponseHeaderBytes
 	for {
 		_, err := c.br.Peek(1)
 		a := c.head()
@@ -383,20 +460,13 @@ func (c *pconn) readResponses() error {
 		resp.TLS = c.tls
 		a.finalContinue(resp)
 		closing := resp.Close || a.r.closeAfter
-		// A response read ahead in full reports its headers to the pool
-		// together with its end (finishResponse), a moment later.
-		readAhead := f.kind == bodyNone || (f.kind == bodyLength && f.n <= maxReadAhead)
-		if !readAhead {
-			c.p.gotHeaders(c, a, closing)
-		}
 		if closing {
-			// RFC 9112 §9.6: requests written behind a response that closes
-			// the connection will not be answered; send them elsewhere, and
-			// write nothing more (writers already assigned go elsewhere).
-			c.mu.Lock()
-			c.noWrite = true
-			c.mu.Unlock()
-			c.resendBehind()
+			// RFC 9112 §9.6: a server that sends "close" processes no
+			// further request on the connection. Write nothing more, and
+			// send what is already written behind this response elsewhere:
+			// it will not run here.
+			c.stopWriting()
+			c.resendBehind(true)
 		}
 		if resp.StatusCode == http.StatusSwitchingProtocols {
 			resp.Body = &upgradeBody{br: c.br, conn: c.conn}
@@ -406,12 +476,8 @@ func (c *pconn) readResponses() error {
 			}
 			return errUpgraded
 		}
-		done, err := c.readBody(a, resp, f, closing)
-		if err != nil {
+		if err := c.readBody(a, resp, f, closing); err != nil {
 			return err
-		}
-		if !done {
-			c.finishResponse(a, closing, false)
 		}
 		if closing {
 			return errConnClosing
@@ -424,130 +490,195 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// readBody hands resp to a's caller with a body framed by f, and returns
-// when the connection is positioned at the next response. Bodies up to
-// maxReadAhead are read here so that the pipeline moves on whether or not the
-// caller reads them; larger ones stream from the connection.
-func (c *pconn) readBody(a *attempt, resp *http.Response, f framing, closing bool) (done bool, err error) {
-	ctx := a.r.ctx
-	switch f.kind {
-	case bodyNone:
+// readBody hands resp to a's caller and reads its body framed by f into the
+// response's body buffer, returning when the connection is positioned at
+// the next response. A body already in the read buffer is handed over
+// whole; any other is handed over as it arrives, the headers first.
+func (c *pconn) readBody(a *attempt, resp *http.Response, f framing, closing bool) error {
+	if f.kind == bodyNone {
 		resp.Body = http.NoBody
 		c.finishResponse(a, closing, true)
 		a.deliver(result{resp: resp})
-		return true, nil
+		return nil
+	}
+	if f.kind == bodyLength && f.n <= maxReadAhead && f.n <= int64(c.br.Buffered()) {
+		// The whole body is here: the connection is free again (and
+		// counted so) by the time the caller sees its response.
+		buf := getBodyBuf(int(f.n))
+		n, _ := io.ReadFull(c.br, buf[:f.n])
+		b := newBody(a.r.ctx, resp, buf)
+		b.w, b.end = n, true
+		resp.Body = b
+		c.finishResponse(a, closing, true)
+		a.deliver(result{resp: resp})
+		return nil
+	}
+	c.ev.gotHeaders(c, a, closing)
+	var (
+		src io.Reader = c.br
+		lr  *io.LimitedReader
+		cr  *chunkedReader
+		// open: the end is not in sight (a large or open-ended body):
+		// nothing new goes behind it while it is read (streaming).
+		open = true
+		size = 4 << 10
+	)
+	switch f.kind {
 	case bodyLength:
-		if f.n <= maxReadAhead {
-			buf := make([]byte, f.n)
-			if _, err := io.ReadFull(c.br, buf); err != nil {
-				a.deliver(result{err: &ConnError{Err: unexpected(err), Written: true}})
-				return false, unexpected(err)
-			}
-			resp.Body = &bufferedBody{ctx: ctx, buf: buf, dst: resp}
-			c.finishResponse(a, closing, true)
-			a.deliver(result{resp: resp})
-			return true, nil
-		}
-		lr := &io.LimitedReader{R: c.br, N: f.n}
-		return false, c.stream(a, resp, lr, nil, func() int64 { return lr.N })
+		lr = &io.LimitedReader{R: c.br, N: f.n}
+		src = lr
+		open = f.n > maxReadAhead
+		size = int(min(f.n, maxReadAhead))
 	case bodyChunked:
-		cr := newChunkedReader(c.br, c.p.t.opts.MaxResponseHeaderBytes)
-		var buf bytes.Buffer
-		n, err := io.Copy(&buf, io.LimitReader(cr, maxReadAhead+1))
-		if err != nil {
-			a.deliver(result{err: &ConnError{Err: err, Written: true}})
-			return false, err
-		}
-		if n <= maxReadAhead && cr.done {
-			resp.Body = &bufferedBody{ctx: ctx, buf: buf.Bytes(), dst: resp, trailer: cr.trailer}
-			c.finishResponse(a, closing, false)
-			a.deliver(result{resp: resp})
-			return true, nil
-		}
-		r := io.MultiReader(bytes.NewReader(buf.Bytes()), cr)
-		return false, c.stream(a, resp, r, cr, func() int64 { return -1 })
-	default: // bodyUntilClose
-		return false, c.stream(a, resp, c.br, nil, func() int64 { return -1 })
+		cr = newChunkedReader(c.br, c.t.opts.MaxResponseHeaderBytes)
+		src = cr
 	}
-}
-
-// finishResponse records that a's response has been read from the
-// connection in full. For bodies read ahead it runs before the response is
-// handed over, so that the connection is free again (and counted so) by the
-// time the caller sees its response, as net/http does for bodyless ones.
-func (c *pconn) finishResponse(a *attempt, closing, headers bool) {
-	c.popHead()
-	c.p.responseDone(c, a, closing, headers)
-	c.afterResponse(a, closing)
-}
-
-// stream lends the connection to a's caller for a large body and waits for
-// it back.
-func (c *pconn) stream(a *attempt, resp *http.Response, r io.Reader, cr *chunkedReader, remain func() int64) error {
-	// Nothing new goes behind a large body. What is already behind it is
-	// sent elsewhere (its late answers are read and discarded) if the body
-	// is still being read after the head-of-line timeout: a body that is
-	// read promptly costs the requests behind it less than resending them
-	// costs the server, and an unread one must not hold them forever.
-	c.p.setLarge(c, true)
-	var resend *time.Timer
-	if d := c.p.t.holTimeout(); d > 0 {
-		resend = time.AfterFunc(d, c.resendBehind)
-	} else if d <= 0 {
-		c.resendBehind()
-	}
-	if resend != nil {
-		defer resend.Stop()
-	}
-	sb := &streamBody{c: c, ctx: a.r.ctx, r: r, chunked: cr, dst: resp, done: make(chan bodyEvent, 1)}
-	sb.stopCtx = context.AfterFunc(a.r.ctx, func() {
-		c.deadlineMu.Lock()
-		if !sb.gone {
-			sb.deadlineSet = true
-			c.conn.SetReadDeadline(aLongTimeAgo)
-		}
-		c.deadlineMu.Unlock()
-	})
-	resp.Body = sb
+	b := newBody(a.r.ctx, resp, getBodyBuf(size))
+	resp.Body = b
 	if !a.deliver(result{resp: resp}) {
-		sb.signal(bodyAbandoned)
+		b.Close() // abandoned: nobody reads it
 	}
-	var ev bodyEvent
-	select {
-	case ev = <-sb.done:
-	case <-c.closed:
-		return net.ErrClosed
-	}
-	c.deadlineMu.Lock()
-	if sb.deadlineSet {
-		c.conn.SetReadDeadline(time.Time{})
-	}
-	c.deadlineMu.Unlock()
-	switch ev {
-	case bodyEOF:
-	case bodyClosed, bodyAbandoned:
-		// RFC 9112 §9.3: the connection is reusable only once the whole
-		// body is read. Drain a small remainder; close on a large one.
-		n := remain()
-		if cr != nil {
-			n, _ = io.Copy(io.Discard, io.LimitReader(r, maxDrain+1))
-			if n > maxDrain || !cr.done {
-				return errDrainTooLong
-			}
-		} else if n < 0 || n > maxDrain {
-			return errDrainTooLong
-		} else if _, err := io.CopyN(io.Discard, r, n); err != nil {
-			return err
+	s := bodyStream{c: c, a: a, b: b, open: open, chunkedOrUntilClose: lr == nil}
+	err := s.pump(src, lr, cr)
+	s.stop()
+	if err != nil {
+		if cerr := context.Cause(a.r.ctx); a.r.ctx.Err() != nil && cerr != nil {
+			err = cerr
 		}
-	default:
-		return errDrainTooLong
+		b.finish(err, nil)
+		return err
 	}
-	c.p.setLarge(c, false)
+	c.finishResponse(a, closing, false)
+	var trailer http.Header
+	if cr != nil {
+		trailer = cr.trailer
+	}
+	b.finish(nil, trailer)
 	return nil
 }
 
-// popHead removes the answered head of fifo and starts the header timer of
-// the next one.
+// bodyStream copies one response body from the connection into its body
+// buffer.
+type bodyStream struct {
+	c    *pconn
+	a    *attempt
+	b    *body
+	open bool
+	// chunkedOrUntilClose: the body's length is not known in advance.
+	chunkedOrUntilClose bool
+	waiting             bool        // a read from the network has been started
+	stopCtx             func() bool // stops the context watch
+}
+
+// pump copies the body until its end. A read that must wait for the
+// network first makes the body a stream: its request's cancellation then
+// closes the connection (as net/http does), and an open-ended body holds
+// the connection (nothing new is placed behind it; what is behind it and
+// safe moves after the head-of-line timeout).
+func (s *bodyStream) pump(src io.Reader, lr *io.LimitedReader, cr *chunkedReader) error {
+	c := s.c
+	for {
+		if !s.waiting && c.br.Buffered() == 0 {
+			s.startWaiting()
+		}
+		sp := s.b.space()
+		if sp == nil {
+			return c.drain(lr, cr) // closed early by the caller
+		}
+		n, err := src.Read(sp)
+		s.b.commit(n)
+		if err == io.EOF {
+			if lr != nil && lr.N > 0 {
+				return io.ErrUnexpectedEOF
+			}
+			return nil
+		}
+		if err != nil {
+			return unexpected(err)
+		}
+		if lr != nil && lr.N == 0 {
+			return nil
+		}
+	}
+}
+
+func (s *bodyStream) startWaiting() {
+	s.waiting = true
+	c, a := s.c, s.a
+	if ctx := a.r.ctx; ctx.Done() != nil {
+		s.stopCtx = context.AfterFunc(ctx, func() { c.fail(context.Cause(ctx)) })
+	}
+	if s.open {
+		c.ev.streaming(c)
+		c.holStartStream(a)
+	}
+	if s.chunkedOrUntilClose {
+		// Closing a body of unknown length early closes the connection,
+		// so that the server learns at once (a stream nobody reads any
+		// more). A known remainder is drained or not by drain.
+		s.b.setOnClose(func() { c.fail(errDrainTooLong) })
+	}
+}
+
+func (s *bodyStream) stop() {
+	if s.stopCtx != nil {
+		s.stopCtx()
+	}
+	if s.open && s.waiting {
+		s.c.holStop()
+	}
+}
+
+// drain reads what remains of a body its caller closed early, if that is
+// small and its end is known, so that the connection can be reused (RFC
+// 9112 §9.3); otherwise the connection is closed.
+func (c *pconn) drain(lr *io.LimitedReader, cr *chunkedReader) error {
+	switch {
+	case lr != nil && lr.N <= maxDrain:
+		_, err := io.Copy(io.Discard, lr)
+		if err == nil && lr.N > 0 {
+			err = io.ErrUnexpectedEOF
+		}
+		return err
+	case cr != nil:
+		// Only what has already arrived: an open stream is not drained.
+		for !cr.done && c.br.Buffered() > 0 {
+			if _, err := io.CopyN(io.Discard, cr, int64(c.br.Buffered())); err != nil && err != io.EOF {
+				return err
+			}
+		}
+		if cr.done {
+			return nil
+		}
+	}
+	return errDrainTooLong
+}
+
+// finishResponse records that a's response has been read from the
+// connection in full, before its caller can see the end of it. If a's
+// request body is still being written (the server answered early), the
+// connection is kept only if the write ends within 50 ms, as with
+// net/http's maxWriteWaitBeforeConnReuse.
+func (c *pconn) finishResponse(a *attempt, closing, headers bool) {
+	if !closing && a.writeDone != nil && !a.written.Load() {
+		t := time.NewTimer(50 * time.Millisecond)
+		select {
+		case <-a.writeDone:
+		case <-t.C:
+		}
+		t.Stop()
+		if !a.written.Load() {
+			closing = true
+			c.stopWriting()
+		}
+	}
+	c.popHead()
+	put := c.ev.responseDone(c, a, closing, headers)
+	c.putIdleTrace(a, put)
+}
+
+// popHead removes the answered head of fifo and starts the timers of the
+// next one.
 func (c *pconn) popHead() {
 	c.mu.Lock()
 	if len(c.fifo) == 0 {
@@ -557,6 +688,7 @@ func (c *pconn) popHead() {
 	copy(c.fifo, c.fifo[1:])
 	c.fifo[len(c.fifo)-1] = nil
 	c.fifo = c.fifo[:len(c.fifo)-1]
+	c.answered++
 	var next *attempt
 	if len(c.fifo) > 0 {
 		next = c.fifo[0]
@@ -589,12 +721,13 @@ func (c *pconn) dropIfUnwanted() {
 
 var errUnwanted = errors.New("pipelined: no request waits for the pending response")
 
-// resendBehind tells the callers of every attempt written behind the head
-// to send their requests elsewhere. Only replayable requests are ever
-// written behind another (RFC 9112 §9.3.2), so this never sends a
-// non-idempotent request twice. Their slots stay in fifo: if their answers
-// arrive, they are read and discarded.
-func (c *pconn) resendBehind() {
+// resendBehind tells the callers of attempts written behind the head to
+// send their requests elsewhere. With all, every one of them: the server
+// announced that it processes nothing after the head (RFC 9112 §9.6).
+// Otherwise only those that may run twice (mayDuplicate): their originals
+// stay in fifo and may still be executed by the server; their late
+// answers are read and discarded.
+func (c *pconn) resendBehind(all bool) {
 	c.mu.Lock()
 	var behind []*attempt
 	if len(c.fifo) > 1 {
@@ -602,7 +735,7 @@ func (c *pconn) resendBehind() {
 	}
 	c.mu.Unlock()
 	for _, b := range behind {
-		if b.r.replayable {
+		if all || mayDuplicate(b.r) {
 			b.deliver(result{retry: true})
 		}
 	}
@@ -648,6 +781,7 @@ func (c *pconn) closeConn() {
 // response yet. It may be called more than once, from any goroutine.
 func (c *pconn) fail(err error) {
 	c.closeConn()
+	c.ev.removed(c) // the pool first: it must not hand c out any more
 	c.mu.Lock()
 	if c.dead {
 		c.mu.Unlock()
@@ -663,23 +797,25 @@ func (c *pconn) fail(err error) {
 			headUnanswered = headUnanswered || i == 0
 		}
 	}
+	answered := c.answered
 	c.fifo = nil
 	c.mu.Unlock()
 	c.holStop()
-	c.p.notePipelineFailure(err, len(unanswered))
-	c.p.connDead(c)
-	final := isFinalError(err)
+	written := c.wc.n.Load()
+	if len(unanswered) > 0 {
+		c.ev.failed(c, err, len(unanswered), answered)
+	}
 	for i, a := range unanswered {
-		noRetry := i == 0 && headUnanswered && final
-		if noRetry && !a.alone && a.r.replayable && isMalformed(err) {
-			// The bad bytes may belong to an earlier response (a body
-			// after a HEAD, 204 or 304 response, or longer than its
-			// Content-Length). An idempotent request gets one more
-			// chance, alone on another connection (RFC 9112 §9.3.2); if
-			// that answer is malformed too, it is final.
-			noRetry = false
-		}
-		a.deliver(result{err: &ConnError{Err: err, Written: true, noRetry: noRetry}})
+		a.deliver(result{err: &ConnError{
+			Err:     err,
+			Written: written > a.wireOff,
+			fail: failure{
+				written:  written > a.wireOff,
+				reused:   a.reused,
+				answered: i == 0 && headUnanswered && isFinalError(err),
+				garbled:  i == 0 && headUnanswered && isMalformed(err),
+			},
+		}})
 	}
 }
 
@@ -693,10 +829,10 @@ func isMalformed(err error) bool {
 // detach removes an upgraded connection from the pool without closing it:
 // its caller owns it now.
 func (c *pconn) detach() {
+	c.ev.removed(c)
 	c.mu.Lock()
 	c.dead = true
 	c.mu.Unlock()
-	c.p.connDead(c)
 }
 
 // isFinalError reports whether a request whose response failed with err

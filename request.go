@@ -29,12 +29,16 @@ type request struct {
 	method string
 	trace  *httptrace.ClientTrace
 
-	// RFC 9112 §9.3.2 / RFC 9110 §9.2.2: idempotent, and a body that is
-	// absent or replayable through GetBody.
+	// RFC 9110 §9.2.2: idempotent, and a body that is absent or
+	// replayable through GetBody: the request may be sent again after a
+	// connection failure (retry.go).
 	replayable bool
+	// RFC 9110 §9.2.1: a safe method without a body. Only such a request
+	// may be sent again while its original may still run (mayDuplicate).
+	safe bool
 	// pipelineable reports whether the request may be written behind
-	// others and others behind it: replayable, and not an upgrade,
-	// CONNECT, Expect: 100-continue or Connection: close request.
+	// others and others behind it: safe, and not a Connection: close
+	// request.
 	pipelineable bool
 	closeAfter   bool // Connection: close is sent; the connection ends with it
 	upgrade      bool // CONNECT or Upgrade: the connection may leave the pool
@@ -61,6 +65,7 @@ func newRequest(t *Transport, req *http.Request, key poolKey) *request {
 	switch r.method {
 	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
 		r.replayable = bodyOK
+		r.safe = noBody
 	case http.MethodPut, http.MethodDelete:
 		// RFC 9110 §9.2.2: PUT and DELETE are idempotent.
 		r.replayable = bodyOK
@@ -75,7 +80,11 @@ func newRequest(t *Transport, req *http.Request, key poolKey) *request {
 		httpguts.HeaderValuesContainsToken(req.Header["Connection"], "close")
 	upgrade := r.method == http.MethodConnect || httpguts.HeaderValuesContainsToken(req.Header["Connection"], "upgrade")
 	expect := !noBody && httpguts.HeaderValuesContainsToken(req.Header["Expect"], "100-continue")
-	r.pipelineable = r.replayable && !upgrade && !expect && !r.closeAfter
+	// Only safe requests are pipelined: a request behind another may have
+	// to move to another connection while its original may still run
+	// (a slow or streaming head), and only a safe one may run twice, or
+	// after requests its caller sent later (docs/reliability.md).
+	r.pipelineable = r.safe && !upgrade && !r.closeAfter
 	r.expectContinue = expect && req.ProtoAtLeast(1, 1)
 	r.upgrade = upgrade
 	if upgrade {
@@ -107,6 +116,13 @@ func (r *request) body() (io.ReadCloser, error) {
 	return r.req.GetBody()
 }
 
+// mayDuplicate reports whether a copy of r may be sent while its original
+// may still be executed by the server: only if r is safe (RFC 9110
+// §9.2.1). Idempotent (§9.2.2) means that repeating a request has the
+// effect of sending it once, not that a copy may run after requests the
+// caller sent later. This is the one place the rule is decided.
+func mayDuplicate(r *request) bool { return r.safe }
+
 // attempt is one sending of a request on one connection.
 type attempt struct {
 	r     *request
@@ -116,8 +132,18 @@ type attempt struct {
 	res   chan result  // capacity 1; receives the single outcome
 	state atomic.Int32 // attemptWaiting → attemptDelivered | attemptAbandoned
 
+	// Set under pconn.mu when the attempt joins the connection's fifo.
+	wireOff int64 // bytes handed to the connection before this request's first byte
+	reused  bool  // the connection had answered a response, or others were in flight
+
 	// Guarded by pconn.mu.
 	headersRead bool // final response headers parsed
+
+	// written: the whole request was written. writeDone, for a body written
+	// by a goroutine of its own, is closed when that write ends.
+	written   atomic.Bool
+	writeDone chan struct{}
+
 	// Header-timeout arming (see pconn.armHeaderTimeout).
 	arm atomic.Int32
 	// disarmed is guarded by pconn.deadlineMu: the header timer must not

@@ -17,13 +17,15 @@ import (
 
 // Defaults used when a [TransportOptions] field is zero.
 const (
-	// DefaultMaxConnsPerHost caps the connections (dialing, busy or idle)
-	// per host when TransportOptions.MaxConnsPerHost is zero. Browsers
-	// settled on 6 per host; pipelining multiplies what each connection
-	// carries, so 8 connections of depth 4 carry 32 requests at once, more
-	// than net/http's default of 2 idle connections ever keeps warm, while
-	// staying polite to servers that count connections per client.
-	DefaultMaxConnsPerHost = 8
+	// DefaultPipelineConnsPerHost is the pipelining threshold when
+	// TransportOptions.PipelineConnsPerHost is zero: pipelineable requests
+	// open up to 8 connections per host, and are pipelined on them beyond
+	// that. Browsers settled on 6 connections per host; pipelining
+	// multiplies what each connection carries, so 8 connections of depth 4
+	// carry 32 requests at once, more than most clients have outstanding
+	// to one host, while staying polite to servers and load balancers that
+	// count connections per client.
+	DefaultPipelineConnsPerHost = 8
 
 	// DefaultPipelineDepth is the number of requests in flight on one
 	// connection when TransportOptions.PipelineDepth is zero. Firefox used
@@ -45,15 +47,6 @@ const (
 	// discarded to keep a connection when the body is closed early.
 	maxDrain = 256 << 10
 
-	// maxAttempts bounds how many times one request is sent after
-	// failures of the connection it was written on.
-	maxAttempts = 4
-
-	// maxMoves bounds how many times one request is moved to another
-	// connection without having failed: not written before its connection
-	// closed, or resent from behind a response that closed the connection
-	// or streams a large body. Each move follows progress elsewhere.
-	maxMoves = 64
 )
 
 // TransportOptions configures a [Transport]. Fields that have a twin in
@@ -61,9 +54,20 @@ const (
 // every field is a documented default.
 type TransportOptions struct {
 	// MaxConnsPerHost limits the number of connections per host, counting
-	// connections being dialed, busy and idle ones. Zero means
-	// DefaultMaxConnsPerHost; a negative value means no limit.
+	// connections being dialed, busy and idle ones, as with net/http. Zero
+	// (or a negative value) means no limit. Requests that are not
+	// pipelined (see PipelineConnsPerHost) dial up to this limit, as
+	// net/http's would, and then wait.
 	MaxConnsPerHost int
+
+	// PipelineConnsPerHost is the pipelining threshold: the number of
+	// connections per host that pipelineable requests (safe methods
+	// without a body) open before they are pipelined on the open ones. It
+	// is capped by MaxConnsPerHost. Requests that are never pipelined
+	// (POST, PUT, requests with a body, Expect: 100-continue, retries)
+	// are not held by it: they may dial up to MaxConnsPerHost. Zero means
+	// DefaultPipelineConnsPerHost; see docs/design.md.
+	PipelineConnsPerHost int
 
 	// PipelineDepth is the largest number of requests in flight on one
 	// connection. 1 disables pipelining; zero means DefaultPipelineDepth.
@@ -83,11 +87,13 @@ type TransportOptions struct {
 	ResponseHeaderTimeout time.Duration
 
 	// HeadOfLineTimeout is how long the oldest request on a connection may
-	// wait for its response headers before the idempotent requests
-	// pipelined behind it are re-sent on other connections (the late
-	// answers are read and discarded) and the connection takes no new
-	// requests until those headers arrive. Zero means
-	// DefaultHeadOfLineTimeout (1 s); a negative value disables it.
+	// wait for its response headers (or stream an open-ended body) before
+	// the safe requests pipelined behind it are re-sent on other
+	// connections (the late answers are read and discarded) and the
+	// connection takes no new requests until those headers arrive. Only
+	// safe requests (GET, HEAD, OPTIONS, TRACE without a body) are ever
+	// pipelined, so no other request is ever sent twice this way. Zero
+	// means DefaultHeadOfLineTimeout (1 s); a negative value disables it.
 	HeadOfLineTimeout time.Duration
 
 	// MaxResponseHeaderBytes limits the size of a response's header block,
@@ -194,8 +200,9 @@ type TransportOptions struct {
 type Transport struct {
 	initOnce sync.Once
 	opts     TransportOptions // normalised by init, read-only after it
-	depth    int
-	maxCon   int // < 0: unlimited
+	depth     int
+	maxConns  int // 0: no limit
+	pipeConns int // pipelining threshold, at most maxConns
 
 	ctx    context.Context // cancelled by Close; parent of dials
 	cancel context.CancelFunc
@@ -227,9 +234,13 @@ func (t *Transport) init() {
 	if opts.DisableKeepAlives {
 		t.depth = 1
 	}
-	t.maxCon = opts.MaxConnsPerHost
-	if t.maxCon == 0 {
-		t.maxCon = DefaultMaxConnsPerHost
+	t.maxConns = max(opts.MaxConnsPerHost, 0)
+	t.pipeConns = opts.PipelineConnsPerHost
+	if t.pipeConns <= 0 {
+		t.pipeConns = DefaultPipelineConnsPerHost
+	}
+	if t.maxConns > 0 {
+		t.pipeConns = min(t.pipeConns, t.maxConns)
 	}
 	if t.opts.MaxResponseHeaderBytes <= 0 {
 		t.opts.MaxResponseHeaderBytes = DefaultMaxResponseHeaderBytes

@@ -17,8 +17,8 @@ type connState struct {
 func testConns(states ...connState) []*pconn {
 	cs := make([]*pconn, len(states))
 	for i, s := range states {
-		cs[i] = &pconn{inflight: s.inflight, closing: s.closing, exclusive: s.exclusive,
-			large: s.large, reserved: s.reserved, headTick: s.headTick, idleSince: s.idleSince}
+		cs[i] = &pconn{s: sched{inflight: s.inflight, retired: s.closing, exclusive: s.exclusive,
+			streaming: s.large, reserved: s.reserved, headTick: s.headTick, idleSince: s.idleSince}}
 	}
 	return cs
 }
@@ -108,7 +108,7 @@ func BenchmarkLeastWaitPipeline(b *testing.B) {
 	for _, n := range []int{2, 8, 32} {
 		conns := make([]*pconn, n)
 		for i := range conns {
-			conns[i] = &pconn{inflight: 1 + i%3, headTick: uint64(i)}
+			conns[i] = &pconn{s: sched{inflight: 1 + i%3, headTick: uint64(i)}}
 		}
 		b.Run(itoa(n), func(b *testing.B) {
 			var lw leastWait
@@ -124,7 +124,7 @@ func BenchmarkLeastWaitIdle(b *testing.B) {
 	conns := make([]*pconn, 8)
 	now := time.Now()
 	for i := range conns {
-		conns[i] = &pconn{inflight: i % 2, idleSince: now.Add(time.Duration(i))}
+		conns[i] = &pconn{s: sched{inflight: i % 2, idleSince: now.Add(time.Duration(i))}}
 	}
 	var lw leastWait
 	b.ReportAllocs()

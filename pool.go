@@ -1,0 +1,420 @@
+package pipelined
+
+import (
+	"context"
+	"net/http/httptrace"
+	"slices"
+	"sync"
+	"time"
+)
+
+// hostPool is the set of connections to one host (scheme, address and
+// proxy) and the queue of requests waiting for one.
+//
+// mu guards every field below it and the schedulable state (sched) of each
+// of its connections: the pool alone decides whether a connection can take
+// a request. Requests flow from the pool to a connection (acquire, then
+// pconn.send in the caller's goroutine); events flow from a connection to
+// the pool (connEvents, below). The pool never calls into a connection
+// while holding mu, except to stop timers, and no user callback runs under
+// mu.
+type hostPool struct {
+	t   *Transport
+	key poolKey
+
+	mu      sync.Mutex
+	conns   []*pconn  // established and not removed (busy, idle or retired)
+	dialing int       // dials in progress
+	waiters []*waiter // FIFO of requests waiting for a connection
+	closed  bool
+	dials   map[*dialHandle]struct{} // dials in progress
+	tick    uint64                   // logical clock for head ages
+	policy  leastWait
+	// budget is the number of requests the server answers on one
+	// connection before closing it (nginx's keepalive_requests), learned
+	// from a "Connection: close" with requests behind it, or from the same
+	// unannounced close seen twice; 0 if unknown. A connection is given
+	// no more than budget requests, so that none are written only to be
+	// resent.
+	budget int
+	// quietClose is the number of responses after which a connection was
+	// last closed without notice while requests were in flight; seen
+	// twice in a row, it becomes the budget.
+	quietClose int
+	// Depth fallback (holprotect.go): the times of recent pipeline
+	// failures, and until when the host's effective depth is 1.
+	pipeFailures  []time.Time
+	fallbackUntil time.Time
+}
+
+// sched is a connection's schedulable state. It belongs to the
+// connection's pool and is guarded by hostPool.mu; the connection changes
+// it only through connEvents.
+type sched struct {
+	inflight     int  // attempts assigned and not yet answered
+	retired      bool // takes no new request (the one place: retireLocked)
+	removed      bool // no longer in the pool's conns
+	exclusive    bool // an attempt that nothing may follow is unanswered
+	streaming    bool // the head's body is open-ended and being read
+	slow         bool // the head has waited past HeadOfLineTimeout (holprotect.go)
+	reserved     bool // kept free for a request that needs an idle connection
+	served       int  // responses completed
+	assigned     int  // requests assigned, ever
+	atBudget     bool // retired because assigned reached hostPool.budget
+	serverClosed bool // the server said it closes the connection
+	headTick     uint64
+	idleSince    time.Time // when inflight last became 0
+	opened       time.Time
+	idleTimer    *time.Timer
+}
+
+// idle reports whether the connection is established, takes requests and
+// has none in flight. It is the one definition of "idle".
+func (s *sched) idle() bool { return s.inflight == 0 && !s.retired }
+
+// canPipeline reports whether one more request may be written behind those
+// in flight, at the given depth.
+func (s *sched) canPipeline(depth int) bool {
+	return !s.retired && !s.exclusive && !s.streaming && !s.slow && !s.reserved && s.inflight < depth
+}
+
+// dialHandle is a dial in progress, guarded by hostPool.mu.
+type dialHandle struct {
+	cancel    context.CancelFunc
+	abandoned bool // cancelled by CloseIdleConnections
+}
+
+func newHostPool(t *Transport, key poolKey) *hostPool {
+	return &hostPool{t: t, key: key}
+}
+
+// retireLocked makes c take no new request.
+func (p *hostPool) retireLocked(c *pconn) {
+	c.s.retired = true
+	c.s.reserved = false
+}
+
+// startDialLocked dials a new connection in its own goroutine. The dial
+// carries the values of the request that started it but not its
+// cancellation: if that request gives up, the connection joins the pool.
+func (p *hostPool) startDialLocked(reqCtx context.Context) {
+	p.dialing++
+	t := p.t
+	ctx, cancel := context.WithCancel(context.WithoutCancel(reqCtx))
+	d := &dialHandle{cancel: cancel}
+	if p.dials == nil {
+		p.dials = make(map[*dialHandle]struct{})
+	}
+	p.dials[d] = struct{}{}
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		stop := context.AfterFunc(t.ctx, cancel)
+		conn, state, err := t.dial(ctx, p.key)
+		stop()
+		cancel()
+		var c *pconn
+		if err == nil {
+			c = newPconn(t, p, conn, state)
+		}
+		p.mu.Lock()
+		p.dialing--
+		delete(p.dials, d)
+		if err != nil && d.abandoned {
+			// Cancelled by CloseIdleConnections while nobody waited: fail
+			// no one (a request that came since dials afresh).
+			p.dispatchLocked()
+			p.mu.Unlock()
+			return
+		}
+		if err != nil {
+			// Fail the request that has waited longest (it was waiting on
+			// this dial); the next one dials afresh.
+			if len(p.waiters) > 0 {
+				w := p.waiters[0]
+				p.waiters = p.waiters[1:]
+				w.ch <- waitResult{err: err}
+			}
+			p.dispatchLocked()
+			p.mu.Unlock()
+			return
+		}
+		if p.closed {
+			p.mu.Unlock()
+			conn.Close()
+			return
+		}
+		p.conns = append(p.conns, c)
+		p.startIdleTimerLocked(c)
+		t.wg.Add(1)
+		go c.readLoop()
+		p.dispatchLocked()
+		p.mu.Unlock()
+	}()
+}
+
+// assignLocked reserves a place for a on c and returns what the GotConn
+// hook reports, for the caller to fire once mu is released.
+func (p *hostPool) assignLocked(c *pconn, a *attempt) httptrace.GotConnInfo {
+	s := &c.s
+	a.c = c
+	wasIdle := s.inflight == 0
+	s.inflight++
+	s.assigned++
+	if p.budget > 0 && s.assigned >= p.budget {
+		p.retireLocked(c)
+		s.atBudget = true
+	}
+	if wasIdle {
+		p.tick++
+		s.headTick = p.tick
+		s.reserved = false
+	}
+	if !a.r.pipelineable || a.alone {
+		s.exclusive = true
+	}
+	if a.r.closeAfter || a.r.upgrade {
+		// Nothing may follow: the connection ends, or leaves the pool.
+		p.retireLocked(c)
+	}
+	if a.r.trace == nil || a.r.trace.GotConn == nil {
+		return httptrace.GotConnInfo{}
+	}
+	// Pipelined behind requests in flight: the connection is reused but
+	// was not idle (docs/parity.md).
+	info := httptrace.GotConnInfo{Conn: c.conn, Reused: s.served > 0 || !wasIdle, WasIdle: wasIdle && s.served > 0}
+	if info.WasIdle {
+		info.IdleTime = time.Since(s.idleSince)
+	}
+	return info
+}
+
+// release gives back a place reserved on c for an attempt that was never
+// written.
+func (p *hostPool) release(c *pconn) {
+	p.mu.Lock()
+	c.s.inflight--
+	done := p.becameIdleLocked(c)
+	p.dispatchLocked()
+	p.mu.Unlock()
+	if done {
+		c.fail(errConnClosing)
+	}
+}
+
+// becameIdleLocked updates c when it may have nothing in flight any more,
+// and reports whether it must be closed: it takes no new request and has
+// nothing left to answer.
+func (p *hostPool) becameIdleLocked(c *pconn) bool {
+	s := &c.s
+	if s.inflight != 0 {
+		return false
+	}
+	s.exclusive = false
+	s.idleSince = time.Now()
+	return s.retired && !s.removed
+}
+
+// The connEvents of a hostPool.
+
+func (p *hostPool) gotHeaders(c *pconn, a *attempt, closing bool) {
+	p.mu.Lock()
+	p.gotHeadersLocked(c, a, closing)
+	p.dispatchLocked()
+	p.mu.Unlock()
+}
+
+func (p *hostPool) gotHeadersLocked(c *pconn, a *attempt, closing bool) {
+	s := &c.s
+	if (!a.r.pipelineable || a.alone) && a.writeDone == nil {
+		// RFC 9112 §9.3.2: others may follow once the final status of a
+		// non-idempotent request is known (and, here, its body written).
+		s.exclusive = false
+	}
+	if closing {
+		p.retireLocked(c)
+		if !a.r.closeAfter {
+			s.serverClosed = true
+			if s.assigned > s.served+1 {
+				p.budget = s.served + 1
+			}
+		}
+	}
+}
+
+func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers bool) error {
+	var put error
+	p.mu.Lock()
+	if headers {
+		p.gotHeadersLocked(c, a, closing)
+	}
+	s := &c.s
+	s.inflight--
+	s.served++
+	s.streaming = false
+	p.tick++
+	s.headTick = p.tick
+	if closing {
+		p.retireLocked(c)
+		put = errConnClosing
+	}
+	if s.inflight == 0 {
+		if s.atBudget && !s.serverClosed && p.budget == s.assigned && p.quietClose == 0 {
+			// The server would have answered more: forget the budget
+			// and learn it again from the next close.
+			p.budget = 0
+		}
+		if put == nil && !p.keepIdleLocked(c) {
+			p.retireLocked(c)
+			put = errTooManyIdleHost
+		}
+		if !s.retired {
+			p.startIdleTimerLocked(c)
+		}
+	}
+	done := p.becameIdleLocked(c)
+	p.dispatchLocked()
+	p.mu.Unlock()
+	if done {
+		// Nothing more will be written on it: let it go.
+		if put == nil {
+			put = errConnClosing
+		}
+		c.fail(put)
+	}
+	if put == nil && p.t.opts.MaxIdleConns > 0 {
+		p.t.trimIdleConns()
+	}
+	return put
+}
+
+func (p *hostPool) streaming(c *pconn) {
+	p.mu.Lock()
+	c.s.streaming = true
+	p.mu.Unlock()
+}
+
+func (p *hostPool) setSlow(c *pconn, on bool) {
+	p.mu.Lock()
+	was := c.s.slow
+	c.s.slow = on
+	if was && !on {
+		p.dispatchLocked()
+	}
+	p.mu.Unlock()
+}
+
+func (p *hostPool) retire(c *pconn) {
+	p.mu.Lock()
+	p.retireLocked(c)
+	p.mu.Unlock()
+}
+
+func (p *hostPool) removed(c *pconn) {
+	p.mu.Lock()
+	if !c.s.removed {
+		c.s.removed = true
+		p.retireLocked(c)
+		if i := slices.Index(p.conns, c); i >= 0 {
+			p.conns = slices.Delete(p.conns, i, i+1)
+		}
+		if c.s.idleTimer != nil {
+			c.s.idleTimer.Stop()
+		}
+		p.dispatchLocked()
+	}
+	p.mu.Unlock()
+}
+
+func (p *hostPool) failed(c *pconn, err error, unanswered, answered int) {
+	p.notePipelineFailure(err, unanswered)
+	if !isPipelineFailure(err) || answered == 0 {
+		return
+	}
+	// A server (or a proxy) that closes each connection after a fixed
+	// number of requests without saying so: seen twice, that number
+	// becomes the host's budget, so that the next connections are not
+	// given requests they will not answer.
+	p.mu.Lock()
+	if p.quietClose == answered && (p.budget == 0 || answered < p.budget) {
+		p.budget = answered
+	}
+	p.quietClose = answered
+	p.mu.Unlock()
+}
+
+func (p *hostPool) startIdleTimerLocked(c *pconn) {
+	d := p.t.opts.IdleConnTimeout
+	if d <= 0 {
+		return
+	}
+	if c.s.idleTimer == nil {
+		c.s.idleTimer = time.AfterFunc(d, func() { p.closeIfIdle(c) })
+		return
+	}
+	c.s.idleTimer.Reset(d)
+}
+
+func (p *hostPool) closeIfIdle(c *pconn) {
+	p.mu.Lock()
+	idle := c.s.idle() && time.Since(c.s.idleSince) >= p.t.opts.IdleConnTimeout
+	if idle {
+		p.retireLocked(c)
+	}
+	p.mu.Unlock()
+	if idle {
+		c.fail(errIdleTimeout)
+	}
+}
+
+func (p *hostPool) closeIdle() {
+	p.mu.Lock()
+	if len(p.waiters) == 0 {
+		// As net/http: dials that no request waits for are cancelled.
+		for d := range p.dials {
+			d.abandoned = true
+			d.cancel()
+		}
+	}
+	var idle []*pconn
+	for _, c := range p.conns {
+		if c.s.idle() {
+			p.retireLocked(c)
+			idle = append(idle, c)
+		}
+	}
+	p.mu.Unlock()
+	for _, c := range idle {
+		c.fail(errClosedIdle)
+	}
+}
+
+func (p *hostPool) close() {
+	p.mu.Lock()
+	p.closed = true
+	conns := slices.Clone(p.conns)
+	p.dispatchLocked()
+	p.mu.Unlock()
+	for _, c := range conns {
+		c.fail(ErrTransportClosed)
+	}
+}
+
+func (p *hostPool) isClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
+}
+
+func (p *hostPool) stats() HostStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := HostStats{Open: len(p.conns), Dialing: p.dialing, Queued: len(p.waiters), PipelineDepth: p.depthLocked()}
+	for _, c := range p.conns {
+		s.InFlight += c.s.inflight
+		if c.s.idle() {
+			s.Idle++
+		}
+	}
+	return s
+}

@@ -1,0 +1,171 @@
+package pipelined
+
+import (
+	"context"
+	"errors"
+	"net/http"
+)
+
+// This file is the retry loop of a request: it places each attempt on a
+// connection, waits for its outcome, and asks checkRetry whether to send
+// the request again.
+
+// maxMoves bounds how many times one request is moved to another
+// connection without a failure of its own: not written before its
+// connection closed, or moved from behind a response that closed the
+// connection, a slow head or an open-ended body. Each move follows an
+// event on a distinct connection; a healthy server never comes close.
+const maxMoves = 64
+
+// maxRetries bounds the sends of a request after failures of the
+// connections it was written on. net/http has no fixed bound: it resends
+// an idempotent request after each failure of a reused connection, and
+// its next attempt usually lands on a fresh connection, where a failure is
+// final. So do we; the bound only guards against a pathological server.
+const maxRetries = 8
+
+// failure is what is known about an attempt whose connection failed
+// before its response headers arrived.
+type failure struct {
+	written  bool // some of the request reached the connection
+	reused   bool // written behind other requests, or after a response on the same connection
+	answered bool // the server answered it, badly (malformed) or too late
+	garbled  bool // the answer was malformed: the bad bytes may belong to an earlier response
+}
+
+// outcome is how an attempt ended without a response for its caller.
+type outcome struct {
+	moved bool    // told to go elsewhere: it will not be (or need not be) answered there
+	err   failure // otherwise, the connection failed
+}
+
+// decision is checkRetry's answer.
+type decision uint8
+
+const (
+	giveUp     decision = iota // return the error to the caller
+	sendAgain                  // not a failure: place the request again
+	retryAlone                 // send again, alone on its connection (RFC 9112 §9.3.2)
+)
+
+// checkRetry decides whether a request whose attempt ended with o is sent
+// again; alone reports whether that attempt was itself a retry. It is a
+// pure function (the table in retry_test.go is its specification):
+//
+//	moved (a "close" ahead, a slow or streaming head)     send again
+//	not written (no byte reached the connection)           send again, any method
+//	answered, malformed, idempotent, first time           retry alone (the bytes may be an earlier response's)
+//	answered otherwise                                    give up
+//	written, idempotent and replayable, reused connection retry alone
+//	written on a fresh connection, as its first request   give up (net/http does not retry it)
+//	written, not idempotent or not replayable             give up: ErrServerClosed
+//
+// RFC 9112 §9.3.1 allows resending idempotent requests after a failure;
+// RFC 9112 §9.3.2 asks that a retry not be pipelined. Bounds on how often
+// are the caller's (maxMoves, maxRetries).
+func checkRetry(replayable, alone bool, o outcome) decision {
+	f := o.err
+	switch {
+	case o.moved, !f.written:
+		return sendAgain
+	case f.answered:
+		if f.garbled && replayable && !alone {
+			return retryAlone
+		}
+		return giveUp
+	case replayable && f.reused:
+		return retryAlone
+	}
+	return giveUp
+}
+
+// roundTrip sends req on one of p's connections, retrying where checkRetry
+// allows.
+func (p *hostPool) roundTrip(req *http.Request) (*http.Response, error) {
+	r := newRequest(p.t, req, p.key)
+	if p.key.forwardProxy() {
+		// An http:// target through an HTTP(S) proxy: RFC 9112 §3.2.2
+		// absolute form, with the proxy's credentials. Tunnels (CONNECT,
+		// SOCKS5) send origin requests untouched.
+		r.absoluteURI = true
+		r.proxyAuth = p.key.proxyAuth
+	}
+	resp, err := p.roundTripAttempts(r)
+	if err != nil && !r.bodyUsed {
+		closeBody(req)
+	}
+	return resp, err
+}
+
+var errTooManyMoves = errors.New("pipelined: request moved between connections too many times")
+
+func (p *hostPool) roundTripAttempts(r *request) (*http.Response, error) {
+	alone := false
+	moves, retries := 0, 0
+	for {
+		if err := r.ctx.Err(); err != nil {
+			return nil, context.Cause(r.ctx)
+		}
+		a := newAttempt(r, alone)
+		c, err := p.acquire(a)
+		if err != nil {
+			return nil, err
+		}
+		var o outcome
+		var res result
+		if err := c.send(a); err != nil {
+			p.release(c)
+			if err != errNotWritten {
+				return nil, err
+			}
+			res.err = &ConnError{Err: err}
+		} else {
+			res = p.await(a)
+			if res.err == nil && !res.retry {
+				decodeGzip(r, res.resp)
+				return res.resp, nil
+			}
+			if p.isClosed() {
+				return nil, ErrTransportClosed
+			}
+		}
+		o.moved = res.retry
+		var ce *ConnError
+		if !o.moved {
+			if !errors.As(res.err, &ce) {
+				return nil, res.err
+			}
+			o.err = ce.fail
+		}
+		switch checkRetry(r.replayable, alone, o) {
+		case sendAgain:
+			if moves++; moves > maxMoves {
+				return nil, &ConnError{Err: errTooManyMoves, Written: o.moved || o.err.written}
+			}
+		case retryAlone:
+			if retries++; retries > maxRetries {
+				return nil, ce
+			}
+			alone = true
+		default:
+			return nil, ce
+		}
+	}
+}
+
+// await waits for a's outcome or for its caller to give up.
+func (p *hostPool) await(a *attempt) result {
+	select {
+	case res := <-a.res:
+		return res
+	case <-a.r.ctx.Done():
+		if a.abandon() {
+			// The connection reads and discards the answer when it comes,
+			// for the sake of the requests behind it; with none, it is
+			// closed, as net/http does (the answer may never come).
+			a.c.dropIfUnwanted()
+			return result{err: context.Cause(a.r.ctx)}
+		}
+		return <-a.res // delivered just now: use it, as net/http does
+	}
+}
