@@ -161,7 +161,6 @@ func unexpected(err error) error {
 	return err
 }
 
-
 // Body buffers come from size-classed pools and go back to them when both
 // the connection's reader and the caller are done with them, so that a
 // response costs no fresh allocation of its size.

@@ -46,7 +46,6 @@ const (
 	// maxDrain is the largest remainder of a body that is read and
 	// discarded to keep a connection when the body is closed early.
 	maxDrain = 256 << 10
-
 )
 
 // TransportOptions configures a [Transport]. Fields that have a twin in
@@ -198,8 +197,8 @@ type TransportOptions struct {
 // The zero value is a Transport with the default options, like
 // NewTransport(TransportOptions{}).
 type Transport struct {
-	initOnce sync.Once
-	opts     TransportOptions // normalised by init, read-only after it
+	initOnce  sync.Once
+	opts      TransportOptions // normalised by init, read-only after it
 	depth     int
 	maxConns  int // 0: no limit
 	pipeConns int // pipelining threshold, at most maxConns
