@@ -19,11 +19,12 @@ import (
 // ExpectContinueTimeout, ProxyConnectHeader (cloned), GetProxyConnectHeader,
 // MaxResponseHeaderBytes, WriteBufferSize and ReadBufferSize.
 //
-// Zero values keep this package's defaults, which differ from net/http's in
-// two places: MaxConnsPerHost 0 means [DefaultMaxConnsPerHost] here (no
-// limit in net/http: an unlimited pool never pipelines, it dials), and
-// MaxIdleConnsPerHost 0 means every connection is kept idle here (2 in
-// net/http; see TransportOptions.MaxIdleConnsPerHost).
+// MaxConnsPerHost has net/http's meaning (0: no limit); pipelineable
+// requests are pipelined beyond PipelineConnsPerHost connections, which
+// http.Transport has no twin for. Zero values keep this package's
+// defaults, which differ from net/http's in one place: MaxIdleConnsPerHost
+// 0 means every connection is kept idle here (2 in net/http; see
+// TransportOptions.MaxIdleConnsPerHost).
 //
 // Fields without a twin are ignored: this transport speaks HTTP/1.1 only,
 // so ForceAttemptHTTP2, HTTP2, Protocols and TLSNextProto have no effect

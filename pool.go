@@ -328,13 +328,15 @@ func (p *hostPool) removed(c *pconn) {
 
 func (p *hostPool) failed(c *pconn, err error, unanswered, answered int) {
 	p.notePipelineFailure(err, unanswered)
-	if !isPipelineFailure(err) || answered == 0 {
+	if !isPipelineFailure(err) || answered < 2 {
 		return
 	}
 	// A server (or a proxy) that closes each connection after a fixed
 	// number of requests without saying so: seen twice, that number
 	// becomes the host's budget, so that the next connections are not
-	// given requests they will not answer.
+	// given requests they will not answer. (A close after the first
+	// answer is what a server that mishandles pipelining does: the depth
+	// fallback deals with that.)
 	p.mu.Lock()
 	if p.quietClose == answered && (p.budget == 0 || answered < p.budget) {
 		p.budget = answered

@@ -1,0 +1,190 @@
+package pipelined
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestClosingResponseWithLateBody is issue 10's first reproduction: a
+// response that closes the connection and whose body comes 100 ms after
+// its head. Requests placed meanwhile must go elsewhere (or wait), never
+// spin on the closing connection.
+func TestClosingResponseWithLateBody(t *testing.T) {
+	verifyNoLeaks(t)
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			if req.URL.Path == "/close" {
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 6\r\n\r\n")
+				time.Sleep(100 * time.Millisecond)
+				io.WriteString(c, "/close")
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
+		}
+	})
+	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 8})
+	paths := []string{"/close", "/a", "/b", "/c", "/d"}
+	var wg sync.WaitGroup
+	for _, path := range paths {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := get(t, tr, srv.url(path))
+			if err != nil {
+				t.Errorf("GET %s: %v", path, err)
+				return
+			}
+			if got := readBody(t, resp); got != path {
+				t.Errorf("GET %s: body %q", path, got)
+			}
+		}()
+		time.Sleep(5 * time.Millisecond)
+	}
+	waitOrFail(t, &wg, "GETs")
+}
+
+// TestQuietCloseAfterEachAnswer is issue 10's second reproduction: a server
+// that closes each connection right after its answer, without saying so.
+// Sequential GETs must all succeed, as with net/http.
+func TestQuietCloseAfterEachAnswer(t *testing.T) {
+	verifyNoLeaks(t)
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
+	})
+	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1})
+	for i := range 2000 {
+		path := fmt.Sprintf("/%d", i)
+		resp, err := get(t, tr, srv.url(path))
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		if got := readBody(t, resp); got != path {
+			t.Fatalf("GET %s: body %q", path, got)
+		}
+	}
+}
+
+// TestHookMayCallStats: no user callback runs under a lock of the
+// transport, so a GotConn hook may call Stats (it deadlocked when GotConn
+// ran under the pool's lock).
+func TestHookMayCallStats(t *testing.T) {
+	verifyNoLeaks(t)
+	srv := newRawServer(t, serveEcho)
+	tr := newTestTransport(t, TransportOptions{})
+	var calls int
+	trace := &httptrace.ClientTrace{
+		GetConn:     func(string) { tr.Stats(); calls++ },
+		GotConn:     func(httptrace.GotConnInfo) { tr.Stats(); calls++ },
+		PutIdleConn: func(error) { tr.Stats(); calls++ },
+	}
+	ctx, cancel := context.WithTimeout(httptrace.WithClientTrace(context.Background(), trace), testTimeout)
+	defer cancel()
+	for range 2 {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.url("/x"), nil)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readBody(t, resp)
+	}
+	if calls != 6 {
+		t.Errorf("hooks called %d times, want 6", calls)
+	}
+}
+
+// TestStatsIdleIsSchedulable: a connection that takes no new request is
+// not counted as idle.
+func TestStatsIdleIsSchedulable(t *testing.T) {
+	verifyNoLeaks(t)
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			if req.URL.Path == "/close" {
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok")
+				// Keep the connection open: the client closes it.
+				io.Copy(io.Discard, br)
+				return
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	tr := newTestTransport(t, TransportOptions{})
+	resp, err := get(t, tr, srv.url("/close"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readBody(t, resp)
+	for host, s := range tr.Stats() {
+		if s.Idle != 0 {
+			t.Errorf("%s: Idle = %d after a closing response, want 0", host, s.Idle)
+		}
+	}
+}
+
+// TestNonPipelinedDialLikeNetHTTP: requests that are not pipelined are not
+// held by the pipelining threshold; with MaxConnsPerHost 0 (no limit, as
+// net/http) concurrent POSTs each get a connection.
+func TestNonPipelinedDialLikeNetHTTP(t *testing.T) {
+	verifyNoLeaks(t)
+	release := make(chan struct{})
+	var mu sync.Mutex
+	waiting := 0
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, req.Body)
+			mu.Lock()
+			waiting++
+			mu.Unlock()
+			<-release
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	tr := newTestTransport(t, TransportOptions{PipelineConnsPerHost: 2})
+	const n = 12
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequest(http.MethodPost, srv.url("/p"), strings.NewReader("x"))
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			readBody(t, resp)
+		}()
+	}
+	// All n reach the server at once: none waits for another's answer.
+	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return waiting == n })
+	close(release)
+	waitOrFail(t, &wg, "POSTs")
+	if got := srv.conns.Load(); got != n {
+		t.Errorf("connections = %d, want %d", got, n)
+	}
+}

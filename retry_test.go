@@ -1,0 +1,270 @@
+package pipelined
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httptrace"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestCheckRetry(t *testing.T) {
+	written := failure{written: true}
+	reused := failure{written: true, reused: true}
+	tests := []struct {
+		name       string
+		replayable bool
+		alone      bool
+		o          outcome
+		want       decision
+	}{
+		{"moved", false, false, outcome{moved: true}, sendAgain},
+		{"moved, a retry", true, true, outcome{moved: true}, sendAgain},
+		{"not written, POST", false, false, outcome{}, sendAgain},
+		{"not written, GET", true, false, outcome{}, sendAgain},
+		{"written on a fresh connection, GET", true, false, outcome{err: written}, giveUp},
+		{"written on a fresh connection, POST", false, false, outcome{err: written}, giveUp},
+		{"written on a reused connection, GET", true, false, outcome{err: reused}, retryAlone},
+		{"written on a reused connection, GET retried before", true, true, outcome{err: reused}, retryAlone},
+		{"written on a reused connection, POST", false, false, outcome{err: reused}, giveUp},
+		{"answered too late", true, false, outcome{err: failure{written: true, reused: true, answered: true}}, giveUp},
+		{"answered malformed, GET", true, false, outcome{err: failure{written: true, answered: true, garbled: true}}, retryAlone},
+		{"answered malformed, GET retried alone", true, true, outcome{err: failure{written: true, answered: true, garbled: true}}, giveUp},
+		{"answered malformed, POST", false, false, outcome{err: failure{written: true, answered: true, garbled: true}}, giveUp},
+	}
+	for _, tt := range tests {
+		if got := checkRetry(tt.replayable, tt.alone, tt.o); got != tt.want {
+			t.Errorf("%s: checkRetry(%v, %v, %+v) = %v, want %v", tt.name, tt.replayable, tt.alone, tt.o, got, tt.want)
+		}
+	}
+}
+
+func TestMayDuplicate(t *testing.T) {
+	tests := []struct {
+		method string
+		body   bool
+		header string
+		want   bool
+	}{
+		{"GET", false, "", true},
+		{"HEAD", false, "", true},
+		{"OPTIONS", false, "", true},
+		{"TRACE", false, "", true},
+		{"GET", true, "", false},
+		{"PUT", false, "", false},
+		{"DELETE", false, "", false},
+		{"POST", false, "Idempotency-Key", false},
+		{"POST", false, "", false},
+	}
+	tr := NewTransport(TransportOptions{})
+	defer tr.Close()
+	for _, tt := range tests {
+		var body io.Reader
+		if tt.body {
+			body = strings.NewReader("x")
+		}
+		req, _ := http.NewRequest(tt.method, "http://example.com/", body)
+		if tt.header != "" {
+			req.Header.Set(tt.header, "1")
+		}
+		r := newRequest(tr, req, poolKey{})
+		if got := mayDuplicate(r); got != tt.want {
+			t.Errorf("mayDuplicate(%s, body %v, %q) = %v, want %v", tt.method, tt.body, tt.header, got, tt.want)
+		}
+		if r.pipelineable && !mayDuplicate(r) {
+			t.Errorf("%s: pipelineable but may not be duplicated", tt.method)
+		}
+	}
+}
+
+// TestPutNeverRunsAfterLaterPut is the Elasticsearch case of issue 11: a
+// PUT that sits behind a slow GET must not be executed by the server after
+// a later PUT its caller sent once the first was acknowledged.
+func TestPutNeverRunsAfterLaterPut(t *testing.T) {
+	verifyNoLeaks(t)
+	var mu sync.Mutex
+	var applied []string // document versions, in the order the server ran them
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet:
+			time.Sleep(300 * time.Millisecond) // a slow head
+		case http.MethodPut:
+			b, _ := io.ReadAll(r.Body)
+			mu.Lock()
+			applied = append(applied, string(b))
+			mu.Unlock()
+		}
+		io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 8, HeadOfLineTimeout: 50 * time.Millisecond})
+	client := &http.Client{Transport: tr}
+	slow := make(chan error, 1)
+	go func() {
+		resp, err := client.Get(srv.URL + "/slow")
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		slow <- err
+	}()
+	waitFor(t, func() bool { return tr.Stats()["http://"+srv.Listener.Addr().String()].InFlight == 1 })
+	put := func(v string) {
+		req, _ := http.NewRequest(http.MethodPut, srv.URL+"/doc", strings.NewReader(v))
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("PUT %s: %v", v, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	put("v1")
+	put("v2")
+	if err := <-slow; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if got := strings.Join(applied, ","); got != "v1,v2" {
+		t.Errorf("server applied %s, want v1,v2", got)
+	}
+}
+
+// TestPostNotWrittenIsRetried: a POST placed on a connection that the
+// server closes before any byte of the POST reaches it is sent again, as
+// net/http does for requests it knows it did not write.
+func TestPostNotWrittenIsRetried(t *testing.T) {
+	verifyNoLeaks(t)
+	var posts atomic.Int32
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, req.Body)
+			if req.Method == http.MethodPost {
+				posts.Add(1)
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	// A dialer whose connections refuse to write: the first connection
+	// fails before the first byte of its request is handed to it.
+	var dials atomic.Int32
+	d := &net.Dialer{}
+	tr := newTestTransport(t, TransportOptions{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err == nil && dials.Add(1) == 1 {
+			return &brokenWriteConn{Conn: c}, nil
+		}
+		return c, err
+	}})
+	req, _ := http.NewRequest(http.MethodPost, srv.url("/p"), strings.NewReader("payload"))
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("POST: %v", err)
+	}
+	readBody(t, resp)
+	if got := posts.Load(); got != 1 {
+		t.Errorf("server ran %d POSTs, want 1", got)
+	}
+	if got := dials.Load(); got != 2 {
+		t.Errorf("dials = %d, want 2", got)
+	}
+}
+
+// brokenWriteConn fails every write without writing anything, as a
+// connection the peer has reset does.
+type brokenWriteConn struct{ net.Conn }
+
+func (c *brokenWriteConn) Write([]byte) (int, error) {
+	c.Conn.Close()
+	return 0, &net.OpError{Op: "write", Net: "tcp", Err: errors.New("connection reset by peer")}
+}
+
+// TestTraceConnPairsBalanced: every GetConn is followed by one GotConn
+// (otelhttptrace opens a span on GetConn and ends it on GotConn), through
+// retries and moves.
+func TestTraceConnPairsBalanced(t *testing.T) {
+	verifyNoLeaks(t)
+	// Close every connection after its third answer, without saying so:
+	// requests pipelined behind are moved or retried.
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		for i := 0; i < 3; i++ {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
+		}
+	})
+	tr := newTestTransport(t, TransportOptions{PipelineConnsPerHost: 2, PipelineDepth: 4})
+	var get, got atomic.Int32
+	var wg sync.WaitGroup
+	for i := range 60 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var open atomic.Int32
+			trace := &httptrace.ClientTrace{
+				GetConn: func(string) { get.Add(1); open.Add(1) },
+				GotConn: func(httptrace.GotConnInfo) {
+					got.Add(1)
+					if open.Add(-1) != 0 {
+						t.Errorf("GotConn without a GetConn before it")
+					}
+				},
+			}
+			ctx := httptrace.WithClientTrace(context.Background(), trace)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.url(fmt.Sprintf("/%d", i)), nil)
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Errorf("GET /%d: %v", i, err)
+				return
+			}
+			if body := readBody(t, resp); body != fmt.Sprintf("/%d", i) {
+				t.Errorf("GET /%d: body %q", i, body)
+			}
+		}()
+	}
+	waitOrFail(t, &wg, "GETs")
+	if g, h := get.Load(), got.Load(); g != h || g < 60 {
+		t.Errorf("GetConn %d, GotConn %d: want equal, at least 60", g, h)
+	}
+}
+
+// TestUnannouncedCloseBudget: a server (or proxy) that drops each
+// connection after its 4th request without saying so serves every GET, as
+// it does through net/http, and the pool learns to give each connection no
+// more than 4 requests.
+func TestUnannouncedCloseBudget(t *testing.T) {
+	verifyNoLeaks(t)
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		for i := 0; i < 4; i++ {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
+		}
+	})
+	tr := newTestTransport(t, TransportOptions{PipelineConnsPerHost: 2, PipelineDepth: 8})
+	getEchoes(t, tr, srv, 300)
+	p := tr.pools[poolKey{scheme: "http", addr: srv.addr}]
+	p.mu.Lock()
+	budget := p.budget
+	p.mu.Unlock()
+	if budget != 4 {
+		t.Errorf("learned budget = %d, want 4", budget)
+	}
+}
