@@ -218,6 +218,7 @@ type body struct {
 	trailer  http.Header
 	onClose  func() // set by the reader while streaming: the caller closed early
 	recycled bool
+	watched  bool // an AfterFunc wakes waiting reads when ctx ends
 }
 
 func newBody(ctx context.Context, dst *http.Response, buf []byte) *body {
@@ -232,7 +233,7 @@ func (b *body) Read(p []byte) (int, error) {
 	defer b.mu.Unlock()
 	for {
 		if b.closed {
-			return 0, ErrBodyReadAfterClose
+			return 0, errReadOnClosedResBody
 		}
 		if b.r < b.w {
 			if len(p) == 0 {
@@ -261,8 +262,32 @@ func (b *body) Read(p []byte) (int, error) {
 			b.atEOFLocked()
 			return 0, io.EOF
 		}
-		b.cond.Wait()
+		if err := b.waitLocked(); err != nil {
+			return 0, err
+		}
 	}
+}
+
+// waitLocked waits for the reader to change the body, or for the request's
+// context to end: its cause is returned, as net/http does.
+func (b *body) waitLocked() error {
+	if done := b.ctx.Done(); done != nil {
+		select {
+		case <-done:
+			return context.Cause(b.ctx)
+		default:
+		}
+		if !b.watched {
+			b.watched = true
+			context.AfterFunc(b.ctx, func() {
+				b.mu.Lock()
+				b.cond.Broadcast()
+				b.mu.Unlock()
+			})
+		}
+	}
+	b.cond.Wait()
+	return nil
 }
 
 // WriteTo lets io.Copy skip an intermediate buffer. It writes unread data
@@ -274,7 +299,7 @@ func (b *body) WriteTo(w io.Writer) (int64, error) {
 	defer b.mu.Unlock()
 	for {
 		if b.closed {
-			return total, ErrBodyReadAfterClose
+			return total, errReadOnClosedResBody
 		}
 		if b.r < b.w {
 			if done := b.ctx.Done(); done != nil {
@@ -307,7 +332,9 @@ func (b *body) WriteTo(w io.Writer) (int64, error) {
 			b.atEOFLocked()
 			return total, nil
 		}
-		b.cond.Wait()
+		if err := b.waitLocked(); err != nil {
+			return total, err
+		}
 	}
 }
 

@@ -191,6 +191,10 @@ type diffCase struct {
 	// err: compare only whether an error happened, not its text (the two
 	// transports word connection errors differently).
 	errOnly bool
+	// racy: net/http itself gives either outcome, depending on whether
+	// the server's answer or the request's write error comes first; an
+	// error on either side is not compared.
+	racy bool
 	// userinfo adds user:pass@ to the URL; host sets Request.Host.
 	userinfo bool
 	host     string
@@ -280,7 +284,7 @@ func diffCases() []diffCase {
 			body: func() io.Reader { return bytes.NewReader(make([]byte, 4<<20)) }, length: 4 << 20},
 		{name: "server hangs up", method: "POST", path: "/hangup", body: text("x"), length: 1, errOnly: true},
 		{name: "body shorter than ContentLength", method: "POST", path: "/echo", body: stream("short"), length: 10},
-		{name: "body longer than ContentLength", method: "POST", path: "/echo", body: stream("much too long"), length: 4},
+		{name: "body longer than ContentLength", method: "POST", path: "/echo", body: stream("much too long"), length: 4, racy: true},
 		{name: "GET with body", method: "GET", path: "/echo", body: text("get body"), length: 8},
 		{name: "GET empty stream body", method: "GET", path: "/echo", body: stream(""), length: -1},
 		{name: "DELETE stream body", method: "DELETE", path: "/echo", body: stream("gone"), length: -1},
@@ -365,6 +369,9 @@ func TestDifferential(t *testing.T) {
 		t.Run(dc.name, func(t *testing.T) {
 			want := dc.roundTrip(t, std, srv.URL)
 			got := dc.roundTrip(t, ours, srv.URL)
+			if dc.racy && (want.Err != "" || got.Err != "") {
+				return
+			}
 			if d := cmp.Diff(want, got); d != "" {
 				t.Errorf("%s %s: response differs from net/http's (-net/http +pipelined):\n%s", dc.method, dc.path, d)
 			}
@@ -459,6 +466,9 @@ func TestDifferentialTLS(t *testing.T) {
 		t.Run(dc.name, func(t *testing.T) {
 			want := dc.roundTrip(t, std, srv.URL)
 			got := dc.roundTrip(t, ours, srv.URL)
+			if dc.racy && (want.Err != "" || got.Err != "") {
+				return
+			}
 			if d := cmp.Diff(want, got); d != "" {
 				t.Errorf("%s %s over TLS: response differs from net/http's (-net/http +pipelined):\n%s", dc.method, dc.path, d)
 			}

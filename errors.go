@@ -28,9 +28,10 @@ var ErrFraming = errors.New("pipelined: malformed response")
 // request in flight (RFC 9112 §9.2). The connection has been closed.
 var ErrUnsolicitedResponse = errors.New("pipelined: unsolicited response on idle connection")
 
-// ErrBodyReadAfterClose is returned by a response body's Read after Close,
-// as net/http does.
-var ErrBodyReadAfterClose = errors.New("http: read on closed response body")
+// errReadOnClosedResBody is returned by a response body's Read after
+// Close, with net/http's text (its errReadOnClosedResBody is unexported
+// too: callers match neither).
+var errReadOnClosedResBody = errors.New("http: read on closed response body")
 
 // A FramingError describes a response that violates RFC 9112 message framing.
 // It matches [ErrFraming] with [errors.Is].

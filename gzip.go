@@ -110,7 +110,7 @@ func (gz *gzipReader) Close() error {
 		gzipPoolPut(gz.zr)
 		gz.zr = nil
 	}
-	gz.zerr = ErrBodyReadAfterClose
+	gz.zerr = errReadOnClosedResBody
 	gz.mu.Unlock()
 	return gz.body.Close()
 }

@@ -41,6 +41,7 @@ type pconn struct {
 	conn net.Conn
 	tls  *tls.ConnectionState
 	br   *bufio.Reader
+	nr   netReader // what br reads from
 	bw   *bufio.Writer
 	wc   wireCounter // counts the bytes bw hands to conn
 
@@ -65,18 +66,39 @@ type pconn struct {
 	s sched // schedulable state: guarded by hostPool.mu (pool.go)
 }
 
-// wireCounter is the connection as bw sees it: it counts the bytes
-// written, so that whether a request reached the connection is known
-// exactly (net/http's persistConn.nwrite).
+// wireCounter is the connection as bw sees it: it counts the bytes handed
+// to the connection, so that whether a request may have reached the
+// server is known (net/http's persistConn.nwrite). A write is counted
+// before it starts: the server may answer, and the reader see it, before
+// Write returns; what a failed write did not write is taken back after.
 type wireCounter struct {
 	conn net.Conn
 	n    atomic.Int64
 }
 
 func (w *wireCounter) Write(p []byte) (int, error) {
+	w.n.Add(int64(len(p)))
 	n, err := w.conn.Write(p)
-	w.n.Add(int64(n))
+	if n < len(p) {
+		w.n.Add(int64(n - len(p)))
+	}
 	return n, err
+}
+
+// netReader is the connection as br sees it. onRead, if set, runs once
+// before the next read from the network; only the reader goroutine sets
+// it or reads through it.
+type netReader struct {
+	conn   net.Conn
+	onRead func()
+}
+
+func (r *netReader) Read(p []byte) (int, error) {
+	if f := r.onRead; f != nil {
+		r.onRead = nil
+		f()
+	}
+	return r.conn.Read(p)
 }
 
 // connEvents is what a connection reports to its pool: the one direction
@@ -112,10 +134,11 @@ func newPconn(t *Transport, ev connEvents, conn net.Conn, state *tls.ConnectionS
 		t:         t,
 		conn:      conn,
 		tls:       state,
-		br:        bufio.NewReaderSize(conn, o.ReadBufferSize),
 		writeLock: make(chan struct{}, 1),
 		closed:    make(chan struct{}),
 	}
+	c.nr.conn = conn
+	c.br = bufio.NewReaderSize(&c.nr, o.ReadBufferSize)
 	c.wc.conn = conn
 	c.bw = bufio.NewWriterSize(&c.wc, o.WriteBufferSize)
 	c.s.idleSince = time.Now()
@@ -560,27 +583,26 @@ func (c *pconn) readBody(a *attempt, resp *http.Response, f framing, closing boo
 // bodyStream copies one response body from the connection into its body
 // buffer.
 type bodyStream struct {
-	c    *pconn
-	a    *attempt
-	b    *body
+	c *pconn
+	a *attempt
+	b *body
+	// open: the end is not in sight (chunked, until close, or longer than
+	// maxReadAhead). Its first read from the network makes it a stream.
 	open bool
 	// chunkedOrUntilClose: the body's length is not known in advance.
 	chunkedOrUntilClose bool
-	waiting             bool        // a read from the network has been started
+	waiting             bool        // startWaiting ran
 	stopCtx             func() bool // stops the context watch
 }
 
-// pump copies the body until its end. A read that must wait for the
-// network first makes the body a stream: its request's cancellation then
-// closes the connection (as net/http does), and an open-ended body holds
-// the connection (nothing new is placed behind it; what is behind it and
-// safe moves after the head-of-line timeout).
+// pump copies the body until its end.
 func (s *bodyStream) pump(src io.Reader, lr *io.LimitedReader, cr *chunkedReader) error {
 	c := s.c
+	if s.open {
+		c.nr.onRead = s.startWaiting
+		defer func() { c.nr.onRead = nil }()
+	}
 	for {
-		if !s.waiting && c.br.Buffered() == 0 {
-			s.startWaiting()
-		}
 		sp := s.b.space()
 		if sp == nil {
 			return c.drain(lr, cr) // closed early by the caller
@@ -602,20 +624,23 @@ func (s *bodyStream) pump(src io.Reader, lr *io.LimitedReader, cr *chunkedReader
 	}
 }
 
+// startWaiting runs before the first read from the network of an open
+// body: the body is a stream now. It holds its connection (nothing new is
+// placed behind it; what is behind it and safe moves after the
+// head-of-line timeout), and its request's cancellation closes the
+// connection, as with net/http, so that the server learns at once.
 func (s *bodyStream) startWaiting() {
 	s.waiting = true
 	c, a := s.c, s.a
+	c.ev.streaming(c)
+	c.holStartStream(a)
 	if ctx := a.r.ctx; ctx.Done() != nil {
 		s.stopCtx = context.AfterFunc(ctx, func() { c.fail(context.Cause(ctx)) })
 	}
-	if s.open {
-		c.ev.streaming(c)
-		c.holStartStream(a)
-	}
 	if s.chunkedOrUntilClose {
-		// Closing a body of unknown length early closes the connection,
-		// so that the server learns at once (a stream nobody reads any
-		// more). A known remainder is drained or not by drain.
+		// Closing a body of unknown length early closes the connection
+		// (a stream nobody reads any more). A known remainder is drained
+		// or not by drain.
 		s.b.setOnClose(func() { c.fail(errDrainTooLong) })
 	}
 }
@@ -624,7 +649,7 @@ func (s *bodyStream) stop() {
 	if s.stopCtx != nil {
 		s.stopCtx()
 	}
-	if s.open && s.waiting {
+	if s.waiting {
 		s.c.holStop()
 	}
 }

@@ -291,16 +291,14 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers bool) err
 func (p *hostPool) streaming(c *pconn) {
 	p.mu.Lock()
 	c.s.streaming = true
+	p.dispatchLocked() // waiters may dial now (canDialLocked)
 	p.mu.Unlock()
 }
 
 func (p *hostPool) setSlow(c *pconn, on bool) {
 	p.mu.Lock()
-	was := c.s.slow
 	c.s.slow = on
-	if was && !on {
-		p.dispatchLocked()
-	}
+	p.dispatchLocked()
 	p.mu.Unlock()
 }
 

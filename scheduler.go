@@ -98,8 +98,11 @@ func (p *hostPool) pipelineable(a *attempt) bool {
 }
 
 // canDialLocked reports whether a request may open one more connection:
-// any request up to MaxConnsPerHost, a pipelineable one only up to the
-// pipelining threshold (beyond it, it is pipelined).
+// any request up to MaxConnsPerHost; a pipelineable one only while fewer
+// than PipelineConnsPerHost connections can carry pipelined requests
+// (beyond that, it is pipelined). A connection held by an open stream, a
+// request nothing may follow or a slow head does not count: a GET beside
+// open event streams gets a connection of its own, as with net/http.
 func (p *hostPool) canDialLocked(pipelineable bool) bool {
 	if p.closed {
 		return false
@@ -108,7 +111,16 @@ func (p *hostPool) canDialLocked(pipelineable bool) bool {
 	if p.t.maxConns > 0 && n >= p.t.maxConns {
 		return false
 	}
-	return !pipelineable || n < p.t.pipeConns
+	if !pipelineable || n < p.t.pipeConns {
+		return true
+	}
+	usable := p.dialing
+	for _, c := range p.conns {
+		if s := &c.s; !s.retired && !s.exclusive && !s.streaming && !s.slow {
+			usable++
+		}
+	}
+	return usable < p.t.pipeConns
 }
 
 // dispatchLocked hands connections to waiters in FIFO order: an idle

@@ -1,0 +1,288 @@
+package pipelined
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// These tests check that responses stream as they do through net/http:
+// headers at once, body bytes as they arrive, and cancellation reaching
+// the server. None measures time: each server waits for the client to
+// prove it received something before it sends more, so a transport that
+// holds bytes back deadlocks the exchange and fails after testTimeout.
+
+// sseHandler writes an event, then waits for next before writing another,
+// n times; it reports on done when it returns.
+func sseHandler(n int, next <-chan struct{}, done chan<- error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		rc := http.NewResponseController(w)
+		var err error
+		for i := range n {
+			fmt.Fprintf(w, "data: %d\n\n", i)
+			if err = rc.Flush(); err != nil {
+				break
+			}
+			select {
+			case <-next:
+			case <-r.Context().Done():
+				err = r.Context().Err()
+			case <-time.After(testTimeout):
+				err = fmt.Errorf("event %d: client did not confirm", i)
+			}
+			if err != nil {
+				break
+			}
+		}
+		if done != nil {
+			done <- err
+		}
+	}
+}
+
+// readEvent reads one "data: ..." event.
+func readEvent(br *bufio.Reader) (string, error) {
+	line, err := br.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	if _, err := br.ReadString('\n'); err != nil { // the blank line
+		return "", err
+	}
+	return strings.TrimSpace(line), nil
+}
+
+func TestSSEThroughReverseProxy(t *testing.T) {
+	verifyNoLeaks(t)
+	next := make(chan struct{})
+	done := make(chan error, 1)
+	backend := httptest.NewServer(sseHandler(3, next, done))
+	defer backend.Close()
+	u, _ := url.Parse(backend.URL)
+	tr := newTestTransport(t, TransportOptions{})
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	proxy.Transport = tr
+	proxy.FlushInterval = -1
+	front := httptest.NewServer(proxy)
+	defer front.Close()
+
+	resp, err := http.Get(front.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	for i := range 3 {
+		ev, err := readEvent(br)
+		if err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+		if want := fmt.Sprintf("data: %d", i); ev != want {
+			t.Fatalf("event %d = %q, want %q", i, ev, want)
+		}
+		next <- struct{}{} // only now does the backend send the next one
+	}
+	if err := <-done; err != nil {
+		t.Errorf("backend: %v", err)
+	}
+}
+
+// TestHeadersBeforeBody: a 1 KiB body that trickles: the response (its
+// headers and first byte) reaches the caller before the rest is sent.
+func TestHeadersBeforeBody(t *testing.T) {
+	verifyNoLeaks(t)
+	gotHeaders := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "1024")
+		w.Write([]byte{'x'})
+		http.NewResponseController(w).Flush()
+		select {
+		case <-gotHeaders:
+		case <-time.After(testTimeout):
+		}
+		w.Write([]byte(strings.Repeat("y", 1023)))
+	}))
+	defer srv.Close()
+	tr := newTestTransport(t, TransportOptions{})
+	resp, err := get(t, tr, srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first [1]byte
+	if _, err := io.ReadFull(resp.Body, first[:]); err != nil {
+		t.Fatal(err)
+	}
+	close(gotHeaders)
+	if rest := readBody(t, resp); len(rest) != 1023 {
+		t.Errorf("body: %d more bytes, want 1023", len(rest))
+	}
+}
+
+// TestCancelReachesServer: a caller that leaves a stream (cancels its
+// request, or closes the body) closes the connection, so the server's
+// handler sees its request's context done.
+func TestCancelReachesServer(t *testing.T) {
+	for _, how := range []string{"cancel", "close"} {
+		t.Run(how, func(t *testing.T) {
+			verifyNoLeaks(t)
+			done := make(chan error, 1)
+			srv := httptest.NewServer(sseHandler(1000, nil, done))
+			defer srv.Close()
+			tr := newTestTransport(t, TransportOptions{})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := readEvent(bufio.NewReader(resp.Body)); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			if how == "cancel" {
+				cancel()
+			} else {
+				resp.Body.Close()
+			}
+			select {
+			case err := <-done:
+				if err == nil {
+					t.Errorf("handler ended without seeing the client leave")
+				}
+				t.Logf("handler saw the client leave after %v", time.Since(start))
+			case <-time.After(testTimeout):
+				t.Fatalf("handler still streaming %v after the client left", testTimeout)
+			}
+			resp.Body.Close()
+		})
+	}
+}
+
+// TestGetBesideOpenStreams: with 8 event streams open to a host, a plain
+// GET to it is served while they stay open (it must not be queued behind
+// one of them).
+func TestGetBesideOpenStreams(t *testing.T) {
+	verifyNoLeaks(t)
+	stop := make(chan struct{})
+	mux := http.NewServeMux()
+	mux.HandleFunc("/events", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: hello\n\n")
+		http.NewResponseController(w).Flush()
+		select {
+		case <-stop:
+		case <-r.Context().Done():
+		}
+	})
+	mux.HandleFunc("/plain", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "plain") })
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	defer close(stop)
+	tr := newTestTransport(t, TransportOptions{})
+	var bodies []io.Closer
+	defer func() {
+		for _, b := range bodies {
+			b.Close()
+		}
+	}()
+	for i := range 8 {
+		resp, err := get(t, tr, srv.URL+"/events")
+		if err != nil {
+			t.Fatalf("stream %d: %v", i, err)
+		}
+		bodies = append(bodies, resp.Body)
+		if _, err := readEvent(bufio.NewReader(resp.Body)); err != nil {
+			t.Fatalf("stream %d: %v", i, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/plain", nil)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("GET /plain beside 8 open streams: %v (stats %+v)", err, tr.Stats())
+	}
+	if got := readBody(t, resp); got != "plain" {
+		t.Errorf("GET /plain = %q", got)
+	}
+}
+
+// TestFullDuplexBody: the response is returned while the request body is
+// still being written, and both stream: a line-by-line echo over io.Pipe.
+func TestFullDuplexBody(t *testing.T) {
+	verifyNoLeaks(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		rc.EnableFullDuplex()
+		w.WriteHeader(http.StatusOK)
+		rc.Flush()
+		br := bufio.NewReader(r.Body)
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			io.WriteString(w, "echo "+line)
+			rc.Flush()
+		}
+	}))
+	defer srv.Close()
+	tr := newTestTransport(t, TransportOptions{})
+	pr, pw := io.Pipe()
+	req, _ := http.NewRequest(http.MethodPost, srv.URL, pr)
+	type rt struct {
+		resp *http.Response
+		err  error
+	}
+	ch := make(chan rt, 1)
+	go func() {
+		resp, err := tr.RoundTrip(req)
+		ch <- rt{resp, err}
+	}()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		io.WriteString(pw, "ping 0\n")
+	}()
+	var res rt
+	select {
+	case res = <-ch:
+	case <-time.After(testTimeout):
+		pw.Close()
+		t.Fatal("RoundTrip did not return while the request body was open")
+	}
+	wg.Wait()
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	defer res.resp.Body.Close()
+	br := bufio.NewReader(res.resp.Body)
+	for i := range 3 {
+		if i > 0 {
+			fmt.Fprintf(pw, "ping %d\n", i)
+		}
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("echo %d: %v", i, err)
+		}
+		if want := fmt.Sprintf("echo ping %d\n", i); line != want {
+			t.Fatalf("echo %d = %q, want %q", i, line, want)
+		}
+	}
+	pw.Close()
+	if rest, _ := io.ReadAll(br); len(rest) != 0 {
+		t.Errorf("after the body ended: %q", rest)
+	}
+}

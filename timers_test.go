@@ -1,0 +1,355 @@
+package pipelined
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// The tests in this file check the transport's timers under
+// testing/synctest: time is virtual, connections are in-memory pipes made
+// by the DialContext hook, and each server goroutine runs in the bubble.
+
+// memServer serves every connection the transport dials with handle, over
+// memPipe. It counts the dials.
+type memServer struct {
+	handle func(n int, c net.Conn, br *bufio.Reader)
+	dials  atomic.Int32
+}
+
+func (s *memServer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	client, server := memPipe()
+	n := int(s.dials.Add(1))
+	go func() {
+		defer server.Close()
+		s.handle(n, server, bufio.NewReader(server))
+	}()
+	return client, nil
+}
+
+// answer writes a response whose body is the request's path.
+func answer(c net.Conn, req *http.Request) {
+	fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
+}
+
+// memGet sends a GET through tr in its own goroutine and returns a channel
+// with the body or the error.
+func memGet(tr *Transport, path string) <-chan string {
+	ch := make(chan string, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodGet, "http://mem.test"+path, nil)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			ch <- "error: " + err.Error()
+			return
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			ch <- "error: " + err.Error()
+			return
+		}
+		ch <- string(b)
+	}()
+	return ch
+}
+
+func TestTimerHeadOfLine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		var mu sync.Mutex
+		served := map[string][]int{} // path → connections that ran it
+		srv := &memServer{handle: func(n int, c net.Conn, br *bufio.Reader) {
+			for {
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				served[req.URL.Path] = append(served[req.URL.Path], n)
+				mu.Unlock()
+				if req.URL.Path == "/slow" {
+					<-release
+				}
+				answer(c, req)
+			}
+		}}
+		tr := NewTransport(TransportOptions{DialContext: srv.dial, MaxConnsPerHost: 2, PipelineConnsPerHost: 1, PipelineDepth: 4, HeadOfLineTimeout: time.Second})
+		defer tr.Close()
+		slow := memGet(tr, "/slow")
+		synctest.Wait()
+		behind := memGet(tr, "/behind") // pipelined behind /slow on connection 1
+		synctest.Wait()
+		time.Sleep(999 * time.Millisecond)
+		synctest.Wait()
+		select {
+		case got := <-behind:
+			t.Fatalf("/behind answered before the head-of-line timeout: %q", got)
+		default:
+		}
+		time.Sleep(2 * time.Millisecond)
+		if got := <-behind; got != "/behind" {
+			t.Errorf("/behind = %q", got)
+		}
+		close(release)
+		if got := <-slow; got != "/slow" {
+			t.Errorf("/slow = %q", got)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if got := fmt.Sprint(served["/behind"]); got != "[1 2]" && got != "[2 1]" {
+			t.Errorf("/behind ran on connections %s, want 1 and 2", got)
+		}
+	})
+}
+
+func TestTimerResponseHeader(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := &memServer{handle: func(n int, c net.Conn, br *bufio.Reader) {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			time.Sleep(3 * time.Second)
+			answer(c, req)
+			io.Copy(io.Discard, br)
+		}}
+		tr := NewTransport(TransportOptions{DialContext: srv.dial, ResponseHeaderTimeout: 2 * time.Second})
+		defer tr.Close()
+		start := time.Now()
+		got := <-memGet(tr, "/x")
+		if !strings.Contains(got, "timeout awaiting response headers") {
+			t.Errorf("GET = %q, want a header timeout", got)
+		}
+		if d := time.Since(start); d != 2*time.Second {
+			t.Errorf("timed out after %v, want 2s", d)
+		}
+		tr.Close()
+		time.Sleep(2 * time.Second) // let the server's handler end
+	})
+}
+
+func TestTimerIdleConn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		closedAt := make(chan time.Time, 1)
+		srv := &memServer{handle: func(n int, c net.Conn, br *bufio.Reader) {
+			for {
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					closedAt <- time.Now()
+					return
+				}
+				answer(c, req)
+			}
+		}}
+		tr := NewTransport(TransportOptions{DialContext: srv.dial, IdleConnTimeout: 90 * time.Second})
+		defer tr.Close()
+		<-memGet(tr, "/a")
+		time.Sleep(60 * time.Second)
+		<-memGet(tr, "/b") // reuses the connection and restarts its idle timer
+		idleFrom := time.Now()
+		if got := <-closedAt; got.Sub(idleFrom) != 90*time.Second {
+			t.Errorf("idle connection closed after %v, want 90s", got.Sub(idleFrom))
+		}
+		synctest.Wait()
+		for host, s := range tr.Stats() {
+			if s.Open != 0 {
+				t.Errorf("%s: Open = %d after the idle timeout, want 0", host, s.Open)
+			}
+		}
+		if n := srv.dials.Load(); n != 1 {
+			t.Errorf("dials = %d, want 1", n)
+		}
+	})
+}
+
+func TestTimerFallbackExpires(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// Each connection answers its first request and drops the
+		// connection when a second one arrives pipelined.
+		srv := &memServer{handle: func(n int, c net.Conn, br *bufio.Reader) {
+			for {
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				time.Sleep(time.Millisecond)
+				if br.Buffered() > 0 {
+					return
+				}
+				answer(c, req)
+			}
+		}}
+		tr := NewTransport(TransportOptions{DialContext: srv.dial, MaxConnsPerHost: 1, PipelineDepth: 4})
+		defer tr.Close()
+		depth := func() int { return tr.Stats()["http://mem.test:80"].PipelineDepth }
+		for round := 0; round < 20 && depth() != 1; round++ {
+			var chs []<-chan string
+			for i := range 4 {
+				chs = append(chs, memGet(tr, fmt.Sprintf("/%d", i)))
+			}
+			for _, ch := range chs {
+				<-ch
+			}
+		}
+		if d := depth(); d != 1 {
+			t.Fatalf("depth = %d after repeated pipeline failures, want 1", d)
+		}
+		time.Sleep(pipelineFallbackFor - time.Second)
+		if d := depth(); d != 1 {
+			t.Errorf("depth = %d %v into the fallback, want 1", d, pipelineFallbackFor-time.Second)
+		}
+		time.Sleep(2 * time.Second)
+		if d := depth(); d != 4 {
+			t.Errorf("depth = %d after the fallback, want 4", d)
+		}
+	})
+}
+
+func TestTimerExpectContinue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		bodyAt := make(chan time.Time, 1)
+		srv := &memServer{handle: func(n int, c net.Conn, br *bufio.Reader) {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			// Never send 100 Continue: the client sends the body after
+			// ExpectContinueTimeout.
+			b, _ := io.ReadAll(req.Body)
+			bodyAt <- time.Now()
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(b), b)
+			io.Copy(io.Discard, br)
+		}}
+		tr := NewTransport(TransportOptions{DialContext: srv.dial, ExpectContinueTimeout: time.Second})
+		defer tr.Close()
+		req, _ := http.NewRequest(http.MethodPost, "http://mem.test/", strings.NewReader("payload"))
+		req.Header.Set("Expect", "100-continue")
+		start := time.Now()
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(b) != "payload" {
+			t.Errorf("body = %q", b)
+		}
+		if d := (<-bodyAt).Sub(start); d != time.Second {
+			t.Errorf("body sent after %v, want 1s", d)
+		}
+	})
+}
+
+// memPipe returns the two ends of an in-memory connection. Unlike
+// net.Pipe, writes are buffered (as a socket's are), so a server that
+// does not read yet does not block the writer; reads honour deadlines.
+// Its waits are sync.Cond waits, which testing/synctest treats as durable.
+func memPipe() (net.Conn, net.Conn) {
+	a, b := newMemBuf(), newMemBuf()
+	return &memConn{r: a, w: b}, &memConn{r: b, w: a}
+}
+
+// memBuf is one direction of a memPipe. mu guards every field.
+type memBuf struct {
+	mu       sync.Mutex
+	cond     sync.Cond
+	data     []byte
+	closed   bool      // no more writes: reads drain, then EOF
+	deadline time.Time // read deadline
+	timer    *time.Timer
+}
+
+func newMemBuf() *memBuf {
+	b := &memBuf{}
+	b.cond.L = &b.mu
+	return b
+}
+
+type memConn struct{ r, w *memBuf }
+
+type memAddr struct{}
+
+func (memAddr) Network() string { return "mem" }
+func (memAddr) String() string  { return "mem" }
+
+func (c *memConn) Read(p []byte) (int, error) {
+	b := c.r
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for {
+		if len(b.data) > 0 {
+			n := copy(p, b.data)
+			b.data = b.data[n:]
+			return n, nil
+		}
+		if b.closed {
+			return 0, io.EOF
+		}
+		if !b.deadline.IsZero() && !time.Now().Before(b.deadline) {
+			return 0, os.ErrDeadlineExceeded
+		}
+		b.cond.Wait()
+	}
+}
+
+func (c *memConn) Write(p []byte) (int, error) {
+	b := c.w
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return 0, syscall.EPIPE
+	}
+	b.data = append(b.data, p...)
+	b.cond.Broadcast()
+	return len(p), nil
+}
+
+func (c *memConn) Close() error {
+	for _, b := range []*memBuf{c.r, c.w} {
+		b.mu.Lock()
+		b.closed = true
+		if b.timer != nil {
+			b.timer.Stop()
+		}
+		b.cond.Broadcast()
+		b.mu.Unlock()
+	}
+	return nil
+}
+
+func (c *memConn) SetReadDeadline(t time.Time) error {
+	b := c.r
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.deadline = t
+	if b.timer != nil {
+		b.timer.Stop()
+		b.timer = nil
+	}
+	if !t.IsZero() {
+		b.timer = time.AfterFunc(time.Until(t), func() {
+			b.mu.Lock()
+			b.cond.Broadcast()
+			b.mu.Unlock()
+		})
+	}
+	b.cond.Broadcast()
+	return nil
+}
+
+func (c *memConn) SetWriteDeadline(time.Time) error { return nil } // writes never block
+func (c *memConn) SetDeadline(t time.Time) error    { return c.SetReadDeadline(t) }
+func (c *memConn) LocalAddr() net.Addr              { return memAddr{} }
+func (c *memConn) RemoteAddr() net.Addr             { return memAddr{} }
