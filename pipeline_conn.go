@@ -63,6 +63,10 @@ type pconn struct {
 
 	hol holGuard // head-of-line timer (holprotect.go); has its own mutex
 
+	// prevEnd, owned by the reader goroutine: when the response ahead of
+	// the current head ended, if the head was written behind it.
+	prevEnd time.Time
+
 	s sched // schedulable state: guarded by hostPool.mu (pool.go)
 }
 
@@ -198,11 +202,14 @@ func (c *pconn) send(a *attempt) error {
 	}
 	a.wireOff = c.wc.n.Load() + int64(c.bw.Buffered())
 	a.reused = c.answered > 0 || len(c.fifo) > 0
+	a.behind = len(c.fifo) > 0
 	c.fifo = append(c.fifo, a)
 	head := len(c.fifo) == 1
 	c.mu.Unlock()
 	if head {
 		c.armHeaderTimeout(a)
+	} else {
+		a.sentAt = time.Now()
 	}
 	if body != nil && !(r.req.GetBody != nil && r.req.ContentLength > 0 && r.req.ContentLength <= maxInlineBody) {
 		// Full duplex: the response may come (and be returned) while the
@@ -479,6 +486,10 @@ func (c *pconn) readResponses() error {
 		c.mu.Lock()
 		a.headersRead = true
 		c.mu.Unlock()
+		if a.behind && !c.prevEnd.IsZero() {
+			now := time.Now()
+			a.gap, a.wait = now.Sub(c.prevEnd), now.Sub(a.sentAt)
+		}
 		resp.Request = a.r.req
 		resp.TLS = c.tls
 		a.finalContinue(resp)
@@ -720,6 +731,9 @@ func (c *pconn) popHead() {
 	}
 	c.mu.Unlock()
 	if next != nil {
+		if next.behind {
+			c.prevEnd = time.Now()
+		}
 		c.armHeaderTimeout(next)
 	}
 }

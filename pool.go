@@ -45,6 +45,12 @@ type hostPool struct {
 	// failures, and until when the host's effective depth is 1.
 	pipeFailures  []time.Time
 	fallbackUntil time.Time
+	// serial is a moving score (0 to 1) of how often pipelined answers
+	// came one service time after the answer ahead of them, as from a
+	// server that runs pipelined requests one at a time; serialUntil is
+	// when the verdict "pipelining gains nothing here" ends.
+	serial      float64
+	serialUntil time.Time
 }
 
 // sched is a connection's schedulable state. It belongs to the
@@ -248,6 +254,9 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers bool) err
 	if headers {
 		p.gotHeadersLocked(c, a, closing)
 	}
+	if a.wait > 0 {
+		p.noteOrderLocked(a.gap, a.wait)
+	}
 	s := &c.s
 	s.inflight--
 	s.served++
@@ -417,4 +426,50 @@ func (p *hostPool) stats() HostStats {
 		}
 	}
 	return s
+}
+
+// Servers that gain nothing from pipelining. A server that runs pipelined
+// requests one at a time (Go's net/http, Python's http.server) answers the
+// second request of a pipeline one service time after the first; one that
+// runs them concurrently (nginx in front of a pool, most proxies) has it
+// ready when the first ends. Against the first kind, when service times
+// are long enough to matter, pipelining serialises what separate
+// connections would run in parallel: net/http, dialing one connection per
+// request, is faster. Such a host is recognised from its answers, and its
+// pipelineable requests dial like any other (up to MaxConnsPerHost) for
+// serialVerdictFor, after which pipelining is tried again.
+const (
+	serialMinGap     = time.Millisecond // below, pipelining still saves round trips and syscalls
+	serialThreshold  = 0.75
+	serialVerdictFor = 30 * time.Second
+)
+
+// noteOrderLocked records the answer of a pipelined request that arrived
+// gap after the answer ahead of it ended, wait after it was written.
+func (p *hostPool) noteOrderLocked(gap, wait time.Duration) {
+	sample := 0.0
+	if gap >= serialMinGap && gap*8 >= wait {
+		sample = 1
+	}
+	p.serial += (sample - p.serial) / 8
+	if p.serial >= serialThreshold {
+		p.serialUntil = time.Now().Add(serialVerdictFor)
+		p.serial = 0
+	}
+}
+
+// holdsDialLocked reports whether a is held by the pipelining threshold:
+// it may be pipelined, and the host gains from pipelining.
+func (p *hostPool) holdsDialLocked(a *attempt) bool {
+	if !p.pipelineable(a) {
+		return false
+	}
+	if p.serialUntil.IsZero() {
+		return true
+	}
+	if time.Now().After(p.serialUntil) {
+		p.serialUntil = time.Time{}
+		return true
+	}
+	return false
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httptrace"
 	"strings"
 	"sync"
@@ -186,5 +187,59 @@ func TestNonPipelinedDialLikeNetHTTP(t *testing.T) {
 	waitOrFail(t, &wg, "POSTs")
 	if got := srv.conns.Load(); got != n {
 		t.Errorf("connections = %d, want %d", got, n)
+	}
+}
+
+// TestSerialServerDials: against a server that runs pipelined requests one
+// at a time with a long service time, pipelining gains nothing; once the
+// pool has seen that, pipelineable requests dial like net/http's (up to
+// MaxConnsPerHost, no limit here) instead of queuing behind one another.
+func TestSerialServerDials(t *testing.T) {
+	verifyNoLeaks(t)
+	var mu sync.Mutex
+	active, most := 0, 0 // requests in the handler at once
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		active++
+		most = max(most, active)
+		mu.Unlock()
+		time.Sleep(20 * time.Millisecond)
+		mu.Lock()
+		active--
+		mu.Unlock()
+		io.WriteString(w, r.URL.Path)
+	}))
+	defer srv.Close()
+	tr := newTestTransport(t, TransportOptions{PipelineConnsPerHost: 2, PipelineDepth: 4})
+	burst := func() {
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				path := fmt.Sprintf("/%d", i)
+				resp, err := get(t, tr, srv.URL+path)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if got := readBody(t, resp); got != path {
+					t.Errorf("GET %s = %q", path, got)
+				}
+			}()
+		}
+		waitOrFail(t, &wg, "burst")
+	}
+	for range 3 { // learn: pipelined answers come one service time apart
+		burst()
+	}
+	mu.Lock()
+	most = 0
+	mu.Unlock()
+	burst()
+	mu.Lock()
+	defer mu.Unlock()
+	if most <= 2 {
+		t.Errorf("at most %d requests ran at once on the server, want more than the 2 pipelined connections", most)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/net/http/httpguts"
 )
@@ -133,8 +134,15 @@ type attempt struct {
 	state atomic.Int32 // attemptWaiting → attemptDelivered | attemptAbandoned
 
 	// Set under pconn.mu when the attempt joins the connection's fifo.
-	wireOff int64 // bytes handed to the connection before this request's first byte
-	reused  bool  // the connection had answered a response, or others were in flight
+	wireOff int64     // bytes handed to the connection before this request's first byte
+	reused  bool      // the connection had answered a response, or others were in flight
+	behind  bool      // others were in flight: the request was pipelined
+	sentAt  time.Time // for a pipelined request, when it joined the fifo
+
+	// Set by the reader for a pipelined request when its headers arrive:
+	// how long after the response ahead of it ended, and after it was
+	// sent (pool.go, noteOrderLocked).
+	gap, wait time.Duration
 
 	// Guarded by pconn.mu.
 	headersRead bool // final response headers parsed

@@ -13,10 +13,12 @@ import (
 // The order of preference, for each request:
 //  1. an idle connection (nothing in flight), the most recently used;
 //  2. a new connection, if the host may have more: for a pipelineable
-//     request, up to the pipelining threshold (PipelineConnsPerHost); for
-//     any other, up to MaxConnsPerHost (0: no limit, as net/http). The
-//     request waits for that dial, or for a connection that becomes idle
-//     first, whichever comes first;
+//     request, up to the pipelining threshold (PipelineConnsPerHost,
+//     counting only connections that can carry pipelined requests); for
+//     any other, and for any request to a host that gains nothing from
+//     pipelining (pool.go, noteOrderLocked), up to MaxConnsPerHost (0: no
+//     limit, as net/http). The request waits for that dial, or for a
+//     connection that becomes idle first, whichever comes first;
 //  3. for a pipelineable request, the busy connection with the least
 //     expected wait (leastWait.pipeline);
 //  4. otherwise it waits in FIFO order, cancellable by its context.
@@ -59,7 +61,7 @@ func (p *hostPool) place(a *attempt) (*pconn, httptrace.GotConnInfo, error) {
 	}
 	if len(p.waiters) == 0 {
 		c := p.policy.idle(p.conns)
-		if c == nil && p.pipelineable(a) && !p.canDialLocked(true) {
+		if c == nil && p.pipelineable(a) && !p.canDialLocked(p.holdsDialLocked(a)) {
 			c = p.policy.pipeline(p.conns, p.depthLocked())
 		}
 		if c != nil {
@@ -143,12 +145,13 @@ func (p *hostPool) dispatchLocked() {
 			continue
 		}
 		pipe := p.pipelineable(w.a)
+		held := pipe && p.holdsDialLocked(w.a)
 		var c *pconn
 		if !noIdle {
 			c = p.policy.idle(p.conns)
 			noIdle = c == nil
 		}
-		if c == nil && pipe && !noPipe && covered == 0 && !p.canDialLocked(true) {
+		if c == nil && pipe && !noPipe && covered == 0 && !p.canDialLocked(held) {
 			c = p.policy.pipeline(p.conns, p.depthLocked())
 			noPipe = c == nil
 		}
@@ -161,7 +164,7 @@ func (p *hostPool) dispatchLocked() {
 		switch {
 		case covered > 0:
 			covered--
-		case p.canDialLocked(pipe):
+		case p.canDialLocked(held):
 			p.startDialLocked(w.a.r.ctx)
 		default:
 			if !pipe {
