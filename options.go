@@ -51,6 +51,9 @@ func OptionsFrom(t *http.Transport) TransportOptions {
 		WriteBufferSize:        t.WriteBufferSize,
 		ReadBufferSize:         t.ReadBufferSize,
 	}
+	if o.IdleConnTimeout == 0 {
+		o.IdleConnTimeout = -1 // net/http's zero: no limit
+	}
 	if t.TLSClientConfig != nil {
 		o.TLSClientConfig = t.TLSClientConfig.Clone()
 	}

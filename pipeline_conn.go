@@ -33,8 +33,8 @@ import (
 //     a write (noWrite, dead). So the pool never hands out a connection
 //     that cannot write.
 //   - Lock order: holGuard.mu, then hostPool.mu. pconn.mu, deadlineMu,
-//     wdMu and a body's mu are leaves: nothing else is locked while one is
-//     held. No user callback runs under any of them.
+//     wdMu, wc.mu and a body's mu are leaves: nothing else is locked while
+//     one is held. No user callback runs under any of them.
 type pconn struct {
 	ev   connEvents // the pool
 	t    *Transport
@@ -71,22 +71,32 @@ type pconn struct {
 }
 
 // wireCounter is the connection as bw sees it: it counts the bytes handed
-// to the connection, so that whether a request may have reached the
-// server is known (net/http's persistConn.nwrite). A write is counted
-// before it starts: the server may answer, and the reader see it, before
-// Write returns; what a failed write did not write is taken back after.
+// to the connection, so that whether a request may have reached the server
+// is known (net/http's persistConn.nwrite). mu is held during each Write:
+// the server may answer (or close) before Write returns, so a reader that
+// must know the count (fail) closes the connection, which ends any Write,
+// and then takes mu (written).
 type wireCounter struct {
 	conn net.Conn
-	n    atomic.Int64
+	mu   sync.Mutex // held during conn.Write; a leaf
+	n    int64      // guarded by mu
 }
 
 func (w *wireCounter) Write(p []byte) (int, error) {
-	w.n.Add(int64(len(p)))
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	n, err := w.conn.Write(p)
-	if n < len(p) {
-		w.n.Add(int64(n - len(p)))
-	}
+	w.n += int64(n)
 	return n, err
+}
+
+// written returns the bytes handed to the connection so far. The writer
+// holding the write token may call it; anyone else must have closed the
+// connection first, so that no Write is left to wait for.
+func (w *wireCounter) written() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.n
 }
 
 // netReader is the connection as br sees it. onRead, if set, runs once
@@ -200,7 +210,7 @@ func (c *pconn) send(a *attempt) error {
 		}
 		return errNotWritten
 	}
-	a.wireOff = c.wc.n.Load() + int64(c.bw.Buffered())
+	a.wireOff = c.wc.written() + int64(c.bw.Buffered())
 	a.reused = c.answered > 0 || len(c.fifo) > 0
 	a.behind = len(c.fifo) > 0
 	c.fifo = append(c.fifo, a)
@@ -840,7 +850,7 @@ func (c *pconn) fail(err error) {
 	c.fifo = nil
 	c.mu.Unlock()
 	c.holStop()
-	written := c.wc.n.Load()
+	written := c.wc.written() // after closeConn: no Write is left running
 	if len(unanswered) > 0 {
 		c.ev.failed(c, err, len(unanswered), answered)
 	}

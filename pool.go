@@ -27,6 +27,7 @@ type hostPool struct {
 	dialing int       // dials in progress
 	waiters []*waiter // FIFO of requests waiting for a connection
 	closed  bool
+	gone    bool                     // removed from Transport.pools: requests must get a new pool
 	dials   map[*dialHandle]struct{} // dials in progress
 	tick    uint64                   // logical clock for head ages
 	policy  leastWait
@@ -142,7 +143,11 @@ func (p *hostPool) startDialLocked(reqCtx context.Context) {
 				w.ch <- waitResult{err: err}
 			}
 			p.dispatchLocked()
+			empty := len(p.conns) == 0 && p.dialing == 0 && len(p.waiters) == 0
 			p.mu.Unlock()
+			if empty {
+				t.removeIfEmpty(p)
+			}
 			return
 		}
 		if p.closed {
@@ -319,6 +324,7 @@ func (p *hostPool) retire(c *pconn) {
 
 func (p *hostPool) removed(c *pconn) {
 	p.mu.Lock()
+	empty := false
 	if !c.s.removed {
 		c.s.removed = true
 		p.retireLocked(c)
@@ -329,8 +335,12 @@ func (p *hostPool) removed(c *pconn) {
 			c.s.idleTimer.Stop()
 		}
 		p.dispatchLocked()
+		empty = len(p.conns) == 0 && p.dialing == 0 && len(p.waiters) == 0
 	}
 	p.mu.Unlock()
+	if empty {
+		p.t.removeIfEmpty(p)
+	}
 }
 
 func (p *hostPool) failed(c *pconn, err error, unanswered, answered int) {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -242,4 +243,62 @@ func TestSerialServerDials(t *testing.T) {
 	if most <= 2 {
 		t.Errorf("at most %d requests ran at once on the server, want more than the 2 pipelined connections", most)
 	}
+}
+
+// TestManyHostsLeaveNoPool: a client that visits many hosts once each
+// keeps no pool (and no goroutine) for them once their connections are
+// gone: closed at once (MaxIdleConnsPerHost -1), or by the idle timeout.
+func TestManyHostsLeaveNoPool(t *testing.T) {
+	n := 100_000
+	if raceEnabled || testing.Short() {
+		n = 5_000
+	}
+	verifyNoLeaks(t)
+	srv := &memServer{handle: func(_ int, c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			answer(c, req)
+		}
+	}}
+	tr := newTestTransport(t, TransportOptions{DialContext: srv.dial, MaxIdleConnsPerHost: -1})
+	for i := range n {
+		resp, err := get(t, tr, fmt.Sprintf("http://h%d.test/x", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		readBody(t, resp)
+	}
+	waitFor(t, func() bool { return len(tr.Stats()) == 0 })
+}
+
+func TestIdleTimeoutRemovesPools(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := &memServer{handle: func(_ int, c net.Conn, br *bufio.Reader) {
+			for {
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				answer(c, req)
+			}
+		}}
+		tr := NewTransport(TransportOptions{DialContext: srv.dial}) // default idle timeout
+		defer tr.Close()
+		for i := range 100 {
+			if got := <-memGet(tr, fmt.Sprintf("http://h%d.test/x", i)); got != "/x" {
+				t.Fatalf("GET = %q", got)
+			}
+		}
+		if n := len(tr.Stats()); n != 100 {
+			t.Fatalf("pools = %d, want 100", n)
+		}
+		time.Sleep(DefaultIdleConnTimeout)
+		synctest.Wait()
+		if n := len(tr.Stats()); n != 0 {
+			t.Errorf("pools = %d after the idle timeout, want 0", n)
+		}
+	})
 }

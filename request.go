@@ -130,6 +130,8 @@ type attempt struct {
 	c     *pconn
 	alone bool // a retry: written alone on its connection (RFC 9112 §9.3.2)
 
+	askedConn bool // GetConn fired (once per attempt, whatever the pool)
+
 	res   chan result  // capacity 1; receives the single outcome
 	state atomic.Int32 // attemptWaiting → attemptDelivered | attemptAbandoned
 

@@ -108,6 +108,14 @@ func (p *hostPool) roundTripAttempts(r *request) (*http.Response, error) {
 		}
 		a := newAttempt(r, alone)
 		c, err := p.acquire(a)
+		for err == errPoolGone {
+			// The pool emptied and was forgotten since this request got
+			// it: place the attempt on the host's current pool.
+			if p, err = p.t.pool(p.key); err != nil {
+				return nil, err
+			}
+			c, err = p.acquire(a)
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -2,6 +2,7 @@ package pipelined
 
 import (
 	"context"
+	"errors"
 	"net/http/httptrace"
 	"slices"
 )
@@ -23,6 +24,11 @@ import (
 //     expected wait (leastWait.pipeline);
 //  4. otherwise it waits in FIFO order, cancellable by its context.
 
+// errPoolGone is returned by acquire when the pool was removed from the
+// Transport (it had no connection left): the request asks for the host's
+// pool again.
+var errPoolGone = errors.New("pipelined: pool removed")
+
 // waiter is a request waiting for a connection. Whoever removes it from
 // hostPool.waiters (under mu) sends it exactly one result on ch.
 type waiter struct {
@@ -39,7 +45,8 @@ type waitResult struct {
 // acquire assigns a connection to a, waiting for one if needed. It fires
 // a's GetConn and GotConn hooks, outside every lock.
 func (p *hostPool) acquire(a *attempt) (*pconn, error) {
-	if t := a.r.trace; t != nil && t.GetConn != nil {
+	if t := a.r.trace; t != nil && t.GetConn != nil && !a.askedConn {
+		a.askedConn = true
 		t.GetConn(p.key.dialAddr()) // the proxy's address if proxied, as net/http
 	}
 	c, info, err := p.place(a)
@@ -58,6 +65,10 @@ func (p *hostPool) place(a *attempt) (*pconn, httptrace.GotConnInfo, error) {
 	if p.closed {
 		p.mu.Unlock()
 		return nil, httptrace.GotConnInfo{}, ErrTransportClosed
+	}
+	if p.gone {
+		p.mu.Unlock()
+		return nil, httptrace.GotConnInfo{}, errPoolGone
 	}
 	if len(p.waiters) == 0 {
 		c := p.policy.idle(p.conns)

@@ -44,11 +44,16 @@ func answer(c net.Conn, req *http.Request) {
 }
 
 // memGet sends a GET through tr in its own goroutine and returns a channel
-// with the body or the error.
+// with the body or the error. A path is sent to http://mem.test; a full
+// URL as it is.
 func memGet(tr *Transport, path string) <-chan string {
 	ch := make(chan string, 1)
+	url := path
+	if strings.HasPrefix(path, "/") {
+		url = "http://mem.test" + path
+	}
 	go func() {
-		req, _ := http.NewRequest(http.MethodGet, "http://mem.test"+path, nil)
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
 		resp, err := tr.RoundTrip(req)
 		if err != nil {
 			ch <- "error: " + err.Error()

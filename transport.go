@@ -27,6 +27,11 @@ const (
 	// count connections per client.
 	DefaultPipelineConnsPerHost = 8
 
+	// DefaultIdleConnTimeout is TransportOptions.IdleConnTimeout when it is
+	// zero: http.DefaultTransport's 90 s. Idle connections and, with them,
+	// the pools of hosts no longer visited do not outlive it.
+	DefaultIdleConnTimeout = 90 * time.Second
+
 	// DefaultPipelineDepth is the number of requests in flight on one
 	// connection when TransportOptions.PipelineDepth is zero. Firefox used
 	// 4; deeper pipelines add head-of-line blocking against servers that
@@ -73,7 +78,9 @@ type TransportOptions struct {
 	PipelineDepth int
 
 	// IdleConnTimeout is how long a connection with nothing in flight stays
-	// open. Zero means no limit.
+	// open. Zero means DefaultIdleConnTimeout (90 s, http.DefaultTransport's
+	// value); a negative value means no limit. (net/http's zero means no
+	// limit; OptionsFrom carries that meaning over.)
 	IdleConnTimeout time.Duration
 
 	// ResponseHeaderTimeout, if non-zero, is how long to wait for a
@@ -241,6 +248,9 @@ func (t *Transport) init() {
 	if t.maxConns > 0 {
 		t.pipeConns = min(t.pipeConns, t.maxConns)
 	}
+	if t.opts.IdleConnTimeout == 0 {
+		t.opts.IdleConnTimeout = DefaultIdleConnTimeout
+	}
 	if t.opts.MaxResponseHeaderBytes <= 0 {
 		t.opts.MaxResponseHeaderBytes = DefaultMaxResponseHeaderBytes
 	}
@@ -296,6 +306,24 @@ func (t *Transport) pool(key poolKey) (*hostPool, error) {
 		t.pools[key] = p
 	}
 	return p, nil
+}
+
+// removeIfEmpty forgets p if it has no connection, dial or waiter, so that
+// a client visiting many hosts keeps no pool for a host it no longer
+// talks to. A request that got p just before sees errPoolGone and asks
+// for the host's pool again. Lock order: Transport.mu, then hostPool.mu.
+func (t *Transport) removeIfEmpty(p *hostPool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || p.gone || len(p.conns) > 0 || p.dialing > 0 || len(p.waiters) > 0 {
+		return
+	}
+	p.gone = true
+	if t.pools[p.key] == p {
+		delete(t.pools, p.key)
+	}
 }
 
 // CloseIdleConnections closes every connection that has no request in flight.
