@@ -1,6 +1,7 @@
 package pipelined
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -17,21 +18,6 @@ import (
 	"testing"
 	"time"
 )
-
-// hangTimeout only keeps a broken test from hanging; no test depends on it.
-const hangTimeout = 20 * time.Second
-
-// eventually polls cond until it holds, failing the test after hangTimeout.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(hangTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
 
 // gatedDialer dials TCP like net.Dialer, counting dials per address. Dials
 // to an address in gated, after the first free ones, block until the
@@ -146,7 +132,7 @@ func TestSlowDialDelaysNothingElse(t *testing.T) {
 	waiting := make(chan string, 1)
 	go func() { waiting <- mustGet(t, tr, slow.URL+"/waiting") }()
 	key := "http://" + slowAddr
-	eventually(t, "a dial and a queued request", func() bool {
+	waitFor(t, "a dial and a queued request", func() bool {
 		s := tr.Stats()[key]
 		return s.Dialing == 1 && s.Queued == 1
 	})
@@ -172,7 +158,7 @@ func TestSlowDialDelaysNothingElse(t *testing.T) {
 
 	// The unneeded dial completes and joins the pool.
 	g.open(slowAddr)
-	eventually(t, "the dial to join the pool", func() bool {
+	waitFor(t, "the dial to join the pool", func() bool {
 		s := tr.Stats()[key]
 		return s.Dialing == 0 && s.Open == 2 && s.Idle == 2
 	})
@@ -211,13 +197,13 @@ func TestCancelledDialIsNotWasted(t *testing.T) {
 				_, err := tr.RoundTrip(req)
 				first <- err
 			}()
-			eventually(t, "the first dial", func() bool { return g.count(addr) == 1 })
+			waitFor(t, "the first dial", func() bool { return g.count(addr) == 1 })
 
 			results := make(chan string, tc.others)
 			for i := 0; i < tc.others; i++ {
 				go func() { results <- mustGet(t, tr, srv.URL) }()
 			}
-			eventually(t, "the queue", func() bool { return tr.Stats()[key].Queued == 1+tc.others })
+			waitFor(t, "the queue", func() bool { return tr.Stats()[key].Queued == 1+tc.others })
 
 			cancel()
 			if err := <-first; !errors.Is(err, context.Canceled) {
@@ -229,7 +215,7 @@ func TestCancelledDialIsNotWasted(t *testing.T) {
 					t.Fatalf("GET = %q, want %q", got, "ok")
 				}
 			}
-			eventually(t, "an idle connection", func() bool {
+			waitFor(t, "an idle connection", func() bool {
 				s := tr.Stats()[key]
 				return s.Open == 1 && s.Idle == 1 && s.Dialing == 0
 			})
@@ -260,7 +246,7 @@ func TestDialingCountsTowardMaxConnsPerHost(t *testing.T) {
 	for i := 0; i < requests; i++ {
 		go func() { results <- mustGet(t, tr, srv.URL) }()
 	}
-	eventually(t, "all requests queued", func() bool { return tr.Stats()[key].Queued == requests })
+	waitFor(t, "all requests queued", func() bool { return tr.Stats()[key].Queued == requests })
 	if s := tr.Stats()[key]; s.Dialing != maxConns {
 		t.Fatalf("Stats = %+v, want Dialing %d", s, maxConns)
 	}
@@ -535,35 +521,8 @@ func TestDialTLSContext(t *testing.T) {
 
 // silentListener accepts connections and never writes to them.
 func silentListener(t *testing.T) (addr string, stop func()) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			go io.Copy(io.Discard, c)
-		}
-	}()
-	return ln.Addr().String(), func() {
-		ln.Close()
-		<-done
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-	}
+	s := newRawServer(t, func(_ net.Conn, br *bufio.Reader) { io.Copy(io.Discard, br) })
+	return s.addr, s.close
 }
 
 func TestTLSHandshakeTimeout(t *testing.T) {
@@ -640,7 +599,7 @@ func TestDisableKeepAlives(t *testing.T) {
 	if n := closeHeaders.Load(); n != total {
 		t.Errorf("requests with Connection: close = %d, want %d", n, total)
 	}
-	eventually(t, "no connection left", func() bool {
+	waitFor(t, "no connection left", func() bool {
 		s := tr.Stats()["http://"+addr]
 		return s.Open == 0 && s.Dialing == 0
 	})

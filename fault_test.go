@@ -9,8 +9,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,9 +45,8 @@ func (f fault) String() string { return faultNames[f] }
 // normal answer's body is the id. Every POST id the server reads in full is
 // counted. What it does with each request is chosen by script.
 type faultServer struct {
+	*rawServer
 	t     *testing.T
-	l     net.Listener
-	addr  string
 	stall time.Duration // how long faultStall waits
 
 	// script chooses the fault for the reqN-th request (from 0) on the
@@ -57,30 +54,17 @@ type faultServer struct {
 	// goroutines and must be safe for concurrent use.
 	script func(connN, reqN int, req *http.Request) fault
 
-	conns atomic.Int64 // connections accepted
-	reqs  atomic.Int64 // requests read
+	reqs atomic.Int64 // requests read
 
-	mu     sync.Mutex // guards posts, faults and open
+	mu     sync.Mutex // guards posts and faults
 	posts  map[string]int
 	faults [numFaults]int
-	open   map[net.Conn]struct{}
-
-	wg sync.WaitGroup
 }
 
 func newFaultServer(t *testing.T, script func(connN, reqN int, req *http.Request) fault) *faultServer {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &faultServer{
-		t: t, l: l, addr: l.Addr().String(), stall: 20 * time.Millisecond, script: script,
-		posts: make(map[string]int), open: make(map[net.Conn]struct{}),
-	}
-	s.wg.Add(1)
-	go s.accept()
-	t.Cleanup(s.close)
+	s := &faultServer{t: t, stall: 20 * time.Millisecond, script: script, posts: make(map[string]int)}
+	s.rawServer = startRawServer(t, s.serve)
 	return s
 }
 
@@ -96,41 +80,6 @@ func randomFaults(seed uint64, p float64, faults ...fault) func(int, int, *http.
 			return faultNone
 		}
 		return faults[rng.IntN(len(faults))]
-	}
-}
-
-func (s *faultServer) url(path string) string { return "http://" + s.addr + path }
-
-func (s *faultServer) close() {
-	s.l.Close()
-	s.mu.Lock()
-	for c := range s.open {
-		c.Close()
-	}
-	s.mu.Unlock()
-	s.wg.Wait()
-}
-
-func (s *faultServer) accept() {
-	defer s.wg.Done()
-	for {
-		c, err := s.l.Accept()
-		if err != nil {
-			return
-		}
-		n := int(s.conns.Add(1) - 1)
-		s.mu.Lock()
-		s.open[c] = struct{}{}
-		s.mu.Unlock()
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.serve(n, c)
-			s.mu.Lock()
-			delete(s.open, c)
-			s.mu.Unlock()
-			c.Close()
-		}()
 	}
 }
 
@@ -220,88 +169,6 @@ func (s *faultServer) serve(connN int, c net.Conn) {
 			}
 		}
 	}
-}
-
-// goroutineLeakCheck records the goroutines running now; the function it
-// returns fails the test if goroutines running the package's code (not its
-// tests) that were started since are still running after a bounded wait.
-func goroutineLeakCheck(t *testing.T) func() {
-	t.Helper()
-	before := goroutineIDs()
-	return func() {
-		t.Helper()
-		var leaked []string
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			leaked = leaked[:0]
-			for id, stack := range goroutineStacks() {
-				if _, ok := before[id]; ok || !engineStack(stack) {
-					continue
-				}
-				leaked = append(leaked, stack)
-			}
-			if len(leaked) == 0 || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		for i, s := range leaked {
-			if i == 5 {
-				t.Errorf("... and %d more", len(leaked)-5)
-				break
-			}
-			t.Errorf("goroutine leaked:\n%s", s)
-		}
-	}
-}
-
-var goroutineHeader = regexp.MustCompile(`^goroutine (\d+) `)
-
-func goroutineStacks() map[int]string {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	m := make(map[int]string)
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if sm := goroutineHeader.FindStringSubmatch(g); sm != nil {
-			id, _ := strconv.Atoi(sm[1])
-			m[id] = g
-		}
-	}
-	return m
-}
-
-func goroutineIDs() map[int]struct{} {
-	m := make(map[int]struct{})
-	for id := range goroutineStacks() {
-		m[id] = struct{}{}
-	}
-	return m
-}
-
-// engineStack reports whether a goroutine runs the package's own code,
-// as opposed to a test's or a test server's.
-func engineStack(stack string) bool {
-	for _, line := range strings.Split(stack, "\n") {
-		i := strings.Index(line, "github.com/pipelined/pipelined.")
-		if i < 0 {
-			continue
-		}
-		fn := line[i+len("github.com/pipelined/pipelined."):]
-		if strings.HasPrefix(fn, "Test") || strings.HasPrefix(fn, "Fuzz") ||
-			strings.HasPrefix(fn, "(*faultServer)") || strings.HasPrefix(fn, "(*hostileServer)") ||
-			strings.Contains(fn, "_test") {
-			return false
-		}
-		return true
-	}
-	return false
 }
 
 // acceptableError reports whether err is an outcome the fault model allows
@@ -398,7 +265,7 @@ func runFaultLoad(t *testing.T, tr *Transport, s *faultServer, n, conc int, post
 // fault model's properties: no response goes to the wrong caller, no POST
 // is sent twice, failures are clear errors, nothing leaks after Close.
 func TestFaultPropertiesRandom(t *testing.T) {
-	leaks := goroutineLeakCheck(t)
+	verifyNoLeaks(t)
 	// faultExtra is left out: an unsolicited response that arrives while
 	// requests are in flight is indistinguishable from the next request's
 	// answer (HTTP/1.1 carries no request ids); it is only detectable on
@@ -422,7 +289,6 @@ func TestFaultPropertiesRandom(t *testing.T) {
 	if gets := n - n/10; gErr > gets/5 {
 		t.Errorf("%d of %d GETs failed, want at most %d", gErr, gets, gets/5)
 	}
-	leaks()
 }
 
 // TestFaultScripted checks each fault alone, scripted on the second
@@ -433,7 +299,7 @@ func TestFaultScripted(t *testing.T) {
 			continue // see TestFaultPropertiesRandom
 		}
 		t.Run(f.String(), func(t *testing.T) {
-			leaks := goroutineLeakCheck(t)
+			verifyNoLeaks(t)
 			s := newFaultServer(t, func(connN, reqN int, _ *http.Request) fault {
 				if reqN == 1 && connN%2 == 0 {
 					return f
@@ -444,7 +310,6 @@ func TestFaultScripted(t *testing.T) {
 			gErr, pErr := runFaultLoad(t, tr, s, 300, 12, 7)
 			tr.Close()
 			t.Logf("%d requests, %d connections; failed GETs %d, failed POSTs %d", s.reqs.Load(), s.conns.Load(), gErr, pErr)
-			leaks()
 		})
 	}
 }
@@ -455,7 +320,7 @@ func TestFaultScripted(t *testing.T) {
 // requests look healthy until a request is written to them, so a retried
 // request may fail again; nearly every GET must still succeed.
 func TestFaultCloseAfterN(t *testing.T) {
-	leaks := goroutineLeakCheck(t)
+	verifyNoLeaks(t)
 	s := newFaultServer(t, func(_, reqN int, _ *http.Request) fault {
 		if reqN >= 3 {
 			return faultCloseQuiet
@@ -468,7 +333,6 @@ func TestFaultCloseAfterN(t *testing.T) {
 	if gErr > 10 {
 		t.Errorf("%d of 500 GETs failed against a server closing after 3 requests, want at most 10", gErr)
 	}
-	leaks()
 }
 
 // countingDialer counts the bytes the transport reads from its connections.
@@ -498,57 +362,24 @@ func (d *countingDialer) dial(ctx context.Context, network, addr string) (net.Co
 // most MaxConnsPerHost × PipelineDepth × 64 KiB of bodies ahead, plus its
 // read buffers, however large the responses are.
 func TestReadAheadBound(t *testing.T) {
-	leaks := goroutineLeakCheck(t)
+	verifyNoLeaks(t)
 	const maxConns, depth = 2, 4
 	big := strings.Repeat("x", 4<<20)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var swg sync.WaitGroup
-	var smu sync.Mutex
-	var sconns []net.Conn
-	swg.Add(1)
-	go func() {
-		defer swg.Done()
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
 		for {
-			c, err := l.Accept()
+			req, err := http.ReadRequest(br)
 			if err != nil {
 				return
 			}
-			smu.Lock()
-			sconns = append(sconns, c)
-			smu.Unlock()
-			swg.Add(1)
-			go func() {
-				defer swg.Done()
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					body := big[:60<<10]
-					if strings.HasPrefix(req.URL.Path, "/big") {
-						body = big
-					}
-					if _, err := fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body); err != nil {
-						return
-					}
-				}
-			}()
+			body := big[:60<<10]
+			if strings.HasPrefix(req.URL.Path, "/big") {
+				body = big
+			}
+			if _, err := fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body); err != nil {
+				return
+			}
 		}
-	}()
-	defer func() {
-		l.Close()
-		smu.Lock()
-		for _, c := range sconns {
-			c.Close()
-		}
-		smu.Unlock()
-		swg.Wait()
-	}()
+	})
 
 	var d countingDialer
 	tr := NewTransport(TransportOptions{MaxConnsPerHost: maxConns, PipelineDepth: depth, DialContext: d.dial})
@@ -568,7 +399,7 @@ func TestReadAheadBound(t *testing.T) {
 			if i%2 == 0 {
 				path = fmt.Sprintf("/big/%d", i)
 			}
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+l.Addr().String()+path, nil)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.url(path), nil)
 			resp, err := tr.RoundTrip(req)
 			if err != nil {
 				t.Errorf("GET %s: %v", path, err)
@@ -625,7 +456,6 @@ func TestReadAheadBound(t *testing.T) {
 	}
 	mu.Unlock()
 	tr.Close()
-	leaks()
 }
 
 // TestHeadOfLineResend: requests pipelined behind a head whose response
@@ -633,7 +463,7 @@ func TestReadAheadBound(t *testing.T) {
 // complete while the head is still stalled; the late answers on the stalled
 // connection are read and discarded, and that connection stays usable.
 func TestHeadOfLineResend(t *testing.T) {
-	leaks := goroutineLeakCheck(t)
+	verifyNoLeaks(t)
 	releaseA := make(chan struct{})
 	releaseB := make(chan struct{})
 	s := newFaultServer(t, func(_, _ int, req *http.Request) fault {
@@ -685,15 +515,15 @@ func TestHeadOfLineResend(t *testing.T) {
 	}
 	// Two stalled heads, one per connection.
 	start("/get/slowA")
-	waitUntil(t, func() bool { return s.reqs.Load() == 1 })
+	waitFor(t, "1 request at the server", func() bool { return s.reqs.Load() == 1 })
 	start("/get/slowB")
-	waitUntil(t, func() bool { return s.reqs.Load() == 2 })
+	waitFor(t, "2 requests at the server", func() bool { return s.reqs.Load() == 2 })
 	// Pipelined behind them: least-inflight spreads them over both.
 	const n = 6
 	for i := range n {
 		start(fmt.Sprintf("/get/f%d", i))
 	}
-	waitUntil(t, func() bool { return tr.Stats()["http://"+s.addr].InFlight >= 2+n })
+	waitFor(t, "InFlight >= 2+n", func() bool { return tr.Stats()["http://"+s.addr].InFlight >= 2+n })
 	// B answers; whatever is stuck behind A is re-sent (to B's connection)
 	// after HeadOfLineTimeout and must complete while A is still stalled.
 	close(releaseB)
@@ -723,7 +553,6 @@ func TestHeadOfLineResend(t *testing.T) {
 		t.Errorf("server saw %d connections, want 2 (the stalled one kept)", got)
 	}
 	tr.Close()
-	leaks()
 }
 
 // TestHeadOfLineDisabled: with a negative HeadOfLineTimeout nothing is
@@ -754,9 +583,9 @@ func TestHeadOfLineDisabled(t *testing.T) {
 			}
 			resp.Body.Close()
 		}()
-		waitUntil(t, func() bool { return tr.Stats()["http://"+s.addr].Open == 1 })
+		waitFor(t, "Open == 1", func() bool { return tr.Stats()["http://"+s.addr].Open == 1 })
 	}
-	waitUntil(t, func() bool { return tr.Stats()["http://"+s.addr].InFlight == 3 })
+	waitFor(t, "InFlight == 3", func() bool { return tr.Stats()["http://"+s.addr].InFlight == 3 })
 	time.Sleep(20 * time.Millisecond) // a disabled timer must not fire anyway
 	unblock()
 	wg.Wait()
@@ -769,57 +598,24 @@ func TestHeadOfLineDisabled(t *testing.T) {
 // requests are pipelined on them (a middlebox that cannot pipeline) falls
 // back to depth 1, which Stats reports, and then serves every request.
 func TestPipelineFallback(t *testing.T) {
-	leaks := goroutineLeakCheck(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var swg sync.WaitGroup
-	var smu sync.Mutex
-	var sconns []net.Conn
-	swg.Add(1)
-	go func() {
-		defer swg.Done()
+	verifyNoLeaks(t)
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
 		for {
-			c, err := l.Accept()
+			req, err := http.ReadRequest(br)
 			if err != nil {
 				return
 			}
-			smu.Lock()
-			sconns = append(sconns, c)
-			smu.Unlock()
-			swg.Add(1)
-			go func() {
-				defer swg.Done()
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					time.Sleep(time.Millisecond) // let pipelined bytes arrive
-					if br.Buffered() > 0 {
-						return // pipelined: drop the connection unanswered
-					}
-					p := req.URL.Path
-					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(p), p)
-				}
-			}()
+			time.Sleep(time.Millisecond) // let pipelined bytes arrive
+			if br.Buffered() > 0 {
+				return // pipelined: drop the connection unanswered
+			}
+			p := req.URL.Path
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(p), p)
 		}
-	}()
-	defer func() {
-		l.Close()
-		smu.Lock()
-		for _, c := range sconns {
-			c.Close()
-		}
-		smu.Unlock()
-		swg.Wait()
-	}()
+	})
 	tr := NewTransport(TransportOptions{MaxConnsPerHost: 2, PipelineDepth: 4})
 	defer tr.Close()
-	key := "http://" + l.Addr().String()
+	key := srv.url("")
 	var wg sync.WaitGroup
 	var errs atomic.Int64
 	load := func(round, n int) {
@@ -828,7 +624,7 @@ func TestPipelineFallback(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				path := fmt.Sprintf("/r%d/%d", round, i)
-				req, _ := http.NewRequest(http.MethodGet, "http://"+l.Addr().String()+path, nil)
+				req, _ := http.NewRequest(http.MethodGet, srv.url(path), nil)
 				resp, err := tr.RoundTrip(req)
 				if err != nil {
 					errs.Add(1)
@@ -855,5 +651,4 @@ func TestPipelineFallback(t *testing.T) {
 		t.Errorf("%d of 32 requests failed at depth 1, want 0", n)
 	}
 	tr.Close()
-	leaks()
 }

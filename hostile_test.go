@@ -21,67 +21,23 @@ import (
 // client's job. In pipelined mode it reads the request behind a hostile one
 // before answering both, so that the client has written it.
 type hostileServer struct {
-	l         net.Listener
-	addr      string
+	*rawServer
 	hostile   string
 	pipelined bool
 
-	conns  atomic.Int64 // connections accepted
 	bytes  atomic.Int64 // request bytes read
 	read   chan string  // paths of requests read, in order (buffered)
 	paired atomic.Bool  // the first hostile answer was paired with the request behind it
 
 	rawMu sync.Mutex
 	raw   strings.Builder // every request byte read
-
-	mu   sync.Mutex
-	open []net.Conn
-	wg   sync.WaitGroup
 }
 
 func newHostileServer(t *testing.T, hostile string, pipelined bool) *hostileServer {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &hostileServer{l: l, addr: l.Addr().String(), hostile: hostile, pipelined: pipelined, read: make(chan string, 100)}
-	s.wg.Add(1)
-	go s.accept()
-	t.Cleanup(s.close)
+	s := &hostileServer{hostile: hostile, pipelined: pipelined, read: make(chan string, 100)}
+	s.rawServer = startRawServer(t, func(n int, c net.Conn) { s.serve(int64(n+1), c) })
 	return s
-}
-
-func (s *hostileServer) url(path string) string { return "http://" + s.addr + path }
-
-func (s *hostileServer) close() {
-	s.l.Close()
-	s.mu.Lock()
-	for _, c := range s.open {
-		c.Close()
-	}
-	s.mu.Unlock()
-	s.wg.Wait()
-}
-
-func (s *hostileServer) accept() {
-	defer s.wg.Done()
-	for {
-		c, err := s.l.Accept()
-		if err != nil {
-			return
-		}
-		n := s.conns.Add(1)
-		s.mu.Lock()
-		s.open = append(s.open, c)
-		s.mu.Unlock()
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			defer c.Close()
-			s.serve(n, c)
-		}()
-	}
 }
 
 type recordingReader struct {
@@ -270,7 +226,7 @@ func TestHostileFraming(t *testing.T) {
 						// The connection must be closed: wait for it (the
 						// reader may notice stray bytes just after the
 						// response was delivered).
-						waitUntil(t, func() bool { return tr.Stats()[("http://"+s.addr)].Open == 0 })
+						waitFor(t, "Open == 0", func() bool { return tr.Stats()[("http://"+s.addr)].Open == 0 })
 					}
 					body, h, err := roundTrip(http.MethodGet, "/next")
 					if err != nil || body != "/next" {
@@ -304,18 +260,6 @@ func TestHostileFraming(t *testing.T) {
 				}
 			})
 		}
-	}
-}
-
-// waitUntil polls cond with a generous bound (it only avoids a hang).
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 10 s")
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }
 

@@ -29,48 +29,6 @@ import (
 // This file tests the behaviours of net/http's Transport that callers rely
 // on (see differential_test.go for the side-by-side comparison).
 
-// parRawServer accepts connections on 127.0.0.1 and runs serve for each.
-// It is closed, and its goroutines waited for, at the end of the test.
-func parRawServer(t *testing.T, serve func(c net.Conn, br *bufio.Reader)) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				serve(c, bufio.NewReader(c))
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return "http://" + ln.Addr().String()
-}
-
 // parReadHead reads one request head and returns its lines.
 func parReadHead(br *bufio.Reader) ([]string, error) {
 	var lines []string
@@ -87,12 +45,6 @@ func parReadHead(br *bufio.Reader) ([]string, error) {
 	}
 }
 
-func parTransport(t *testing.T, o TransportOptions) *Transport {
-	tr := NewTransport(o)
-	t.Cleanup(func() { tr.Close() })
-	return tr
-}
-
 func parCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
@@ -102,7 +54,7 @@ func parCtx(t *testing.T) context.Context {
 func TestRoundTripLeavesRequestUnchanged(t *testing.T) {
 	srv := httptest.NewServer(diffHandler())
 	defer srv.Close()
-	tr := parTransport(t, TransportOptions{ExpectContinueTimeout: time.Minute})
+	tr := newTestTransport(t, TransportOptions{ExpectContinueTimeout: time.Minute})
 	mk := func(method, path string, body string, h http.Header) func(ctx context.Context) *http.Request {
 		return func(ctx context.Context) *http.Request {
 			var rd io.Reader
@@ -212,7 +164,7 @@ func TestGzip(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tr := parTransport(t, tt.opts)
+			tr := newTestTransport(t, tt.opts)
 			req, _ := http.NewRequestWithContext(parCtx(t), "GET", srv.URL+tt.path, nil)
 			for k, v := range tt.header {
 				req.Header[k] = v
@@ -253,7 +205,7 @@ func TestGzip(t *testing.T) {
 	}
 
 	t.Run("close releases the connection", func(t *testing.T) {
-		tr := parTransport(t, TransportOptions{MaxConnsPerHost: 1})
+		tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1})
 		for i := range 3 {
 			req, _ := http.NewRequestWithContext(parCtx(t), "GET", srv.URL+"/large", nil)
 			resp, err := tr.RoundTrip(req)
@@ -316,7 +268,7 @@ func TestExpectContinue(t *testing.T) {
 			w.Write(b)
 		}))
 		defer srv.Close()
-		tr := parTransport(t, TransportOptions{ExpectContinueTimeout: time.Hour})
+		tr := newTestTransport(t, TransportOptions{ExpectContinueTimeout: time.Hour})
 		var mu sync.Mutex
 		var events []string
 		ev := func(s string) { mu.Lock(); events = append(events, s); mu.Unlock() }
@@ -363,7 +315,7 @@ func TestExpectContinue(t *testing.T) {
 		afterHead string
 	}
 	expectServer := func(t *testing.T, reply string, readBodyFirst bool, out chan<- outcome) string {
-		return parRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		return newRawServer(t, func(c net.Conn, br *bufio.Reader) {
 			lines, err := parReadHead(br)
 			if err != nil {
 				return
@@ -385,7 +337,7 @@ func TestExpectContinue(t *testing.T) {
 			c.SetReadDeadline(time.Now().Add(time.Minute))
 			rest, _ := io.ReadAll(io.LimitReader(br, int64(n)))
 			out <- outcome{string(rest)}
-		})
+		}).url("")
 	}
 	tests := []struct {
 		name     string
@@ -415,7 +367,7 @@ func TestExpectContinue(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			out := make(chan outcome, 1)
 			u := expectServer(t, tt.reply, tt.bodyRead, out)
-			tr := parTransport(t, TransportOptions{ExpectContinueTimeout: tt.timeout})
+			tr := newTestTransport(t, TransportOptions{ExpectContinueTimeout: tt.timeout})
 			req, _ := http.NewRequestWithContext(parCtx(t), "PUT", u, strings.NewReader("payload"))
 			req.Header.Set("Expect", "100-continue")
 			req.Close = tt.reqClose
@@ -444,7 +396,7 @@ func TestInterimResponses(t *testing.T) {
 	// Three 1xx responses of ~600 bytes each, then a final response; the
 	// limit (1000 bytes) holds each head but not their sum.
 	big := strings.Repeat("h", 560)
-	u := parRawServer(t, func(c net.Conn, br *bufio.Reader) {
+	u := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
 		for {
 			if _, err := parReadHead(br); err != nil {
 				return
@@ -454,8 +406,8 @@ func TestInterimResponses(t *testing.T) {
 			}
 			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 		}
-	})
-	tr := parTransport(t, TransportOptions{MaxResponseHeaderBytes: 1000})
+	}).url("")
+	tr := newTestTransport(t, TransportOptions{MaxResponseHeaderBytes: 1000})
 
 	var codes []int
 	ctx := httptrace.WithClientTrace(parCtx(t), &httptrace.ClientTrace{
@@ -495,7 +447,7 @@ func TestInterimResponses(t *testing.T) {
 }
 
 func TestSwitchingProtocols(t *testing.T) {
-	u := parRawServer(t, func(c net.Conn, br *bufio.Reader) {
+	u := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
 		lines, err := parReadHead(br)
 		if err != nil {
 			return
@@ -506,8 +458,8 @@ func TestSwitchingProtocols(t *testing.T) {
 		}
 		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
 		io.Copy(c, br) // echo until the client closes
-	})
-	tr := parTransport(t, TransportOptions{})
+	}).url("")
+	tr := newTestTransport(t, TransportOptions{})
 	req, _ := http.NewRequestWithContext(parCtx(t), "GET", u, nil)
 	req.Header.Set("Connection", "Upgrade")
 	req.Header.Set("Upgrade", "echo")
@@ -571,7 +523,7 @@ func TestCONNECTStreams(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	tr := parTransport(t, TransportOptions{})
+	tr := newTestTransport(t, TransportOptions{})
 	pr, pw := io.Pipe()
 	req, _ := http.NewRequestWithContext(parCtx(t), "CONNECT", srv.URL, pr)
 	resp, err := tr.RoundTrip(req)
@@ -618,7 +570,7 @@ func parHoldServer(t *testing.T) (string, chan struct{}) {
 
 func TestErrorsMatchNetHTTP(t *testing.T) {
 	u, _ := parHoldServer(t)
-	tr := parTransport(t, TransportOptions{})
+	tr := newTestTransport(t, TransportOptions{})
 
 	t.Run("cancel cause", func(t *testing.T) {
 		cause := errors.New("my cause")
@@ -652,7 +604,7 @@ func TestErrorsMatchNetHTTP(t *testing.T) {
 		}
 	})
 	t.Run("response header timeout", func(t *testing.T) {
-		tr := parTransport(t, TransportOptions{ResponseHeaderTimeout: 20 * time.Millisecond})
+		tr := newTestTransport(t, TransportOptions{ResponseHeaderTimeout: 20 * time.Millisecond})
 		req, _ := http.NewRequestWithContext(parCtx(t), "GET", u, nil)
 		_, err := tr.RoundTrip(req)
 		var ne net.Error
@@ -689,7 +641,7 @@ func TestClientTraceHooks(t *testing.T) {
 		io.WriteString(w, "ok")
 	}))
 	defer srv.Close()
-	tr := parTransport(t, TransportOptions{})
+	tr := newTestTransport(t, TransportOptions{})
 
 	type rec struct {
 		mu     sync.Mutex
@@ -745,18 +697,6 @@ func TestClientTraceHooks(t *testing.T) {
 	}
 }
 
-// parWait polls cond; the timeout only avoids hanging.
-func parWait(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached within a minute", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestIdleLimits(t *testing.T) {
 	open := func(tr *Transport) int {
 		n := 0
@@ -783,7 +723,7 @@ func TestIdleLimits(t *testing.T) {
 				resp.Body.Close()
 			}()
 		}
-		parWait(t, "all connections open", func() bool {
+		waitFor(t, "all connections open", func() bool {
 			for _, s := range tr.Stats() {
 				if s.InFlight == n {
 					return true
@@ -806,18 +746,18 @@ func TestIdleLimits(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			u, release := parHoldServer(t)
-			tr := parTransport(t, TransportOptions{PipelineDepth: 1, MaxConnsPerHost: 3, MaxIdleConnsPerHost: tt.perHost})
+			tr := newTestTransport(t, TransportOptions{PipelineDepth: 1, MaxConnsPerHost: 3, MaxIdleConnsPerHost: tt.perHost})
 			burst(t, tr, u, release, 3)
-			parWait(t, fmt.Sprintf("open connections = %d", tt.wantOpen), func() bool { return open(tr) == tt.wantOpen })
+			waitFor(t, fmt.Sprintf("open connections = %d", tt.wantOpen), func() bool { return open(tr) == tt.wantOpen })
 		})
 	}
 	t.Run("MaxIdleConns across hosts", func(t *testing.T) {
 		u1, r1 := parHoldServer(t)
 		u2, r2 := parHoldServer(t)
-		tr := parTransport(t, TransportOptions{PipelineDepth: 1, MaxConnsPerHost: 2, MaxIdleConns: 3})
+		tr := newTestTransport(t, TransportOptions{PipelineDepth: 1, MaxConnsPerHost: 2, MaxIdleConns: 3})
 		burst(t, tr, u1, r1, 2)
 		burst(t, tr, u2, r2, 2)
-		parWait(t, "3 idle connections in all", func() bool { return open(tr) == 3 })
+		waitFor(t, "3 idle connections in all", func() bool { return open(tr) == 3 })
 		// The oldest idle connection went: host 1 keeps one.
 		for k, s := range tr.Stats() {
 			if strings.Contains(u2, strings.TrimPrefix(k, "http://")) && s.Open != 2 {
@@ -904,7 +844,7 @@ func TestOptionsFrom(t *testing.T) {
 		dialed++
 		return net.Dial(network, addr)
 	}}
-	tr := parTransport(t, OptionsFrom(old))
+	tr := newTestTransport(t, OptionsFrom(old))
 	req, _ := http.NewRequestWithContext(parCtx(t), "GET", srv.URL, nil)
 	resp, err := tr.RoundTrip(req)
 	if err != nil {
@@ -916,7 +856,7 @@ func TestOptionsFrom(t *testing.T) {
 	}
 
 	// The default transport converts and works.
-	tr = parTransport(t, OptionsFrom(http.DefaultTransport.(*http.Transport)))
+	tr = newTestTransport(t, OptionsFrom(http.DefaultTransport.(*http.Transport)))
 	req, _ = http.NewRequestWithContext(parCtx(t), "GET", srv.URL, nil)
 	if resp, err := tr.RoundTrip(req); err != nil {
 		t.Errorf("RoundTrip with OptionsFrom(http.DefaultTransport) = %v", err)
@@ -931,7 +871,7 @@ func TestClone(t *testing.T) {
 		TLSClientConfig:    &tls.Config{ServerName: "a"},
 		ProxyConnectHeader: http.Header{"X": {"1"}},
 	}
-	tr := parTransport(t, o)
+	tr := newTestTransport(t, o)
 	c := tr.Clone()
 	defer c.Close()
 	if c == tr || c.opts.PipelineDepth != 3 {
@@ -950,7 +890,7 @@ func TestClone(t *testing.T) {
 // on the same connection: Reused, not WasIdle.
 func TestGotConnPipelined(t *testing.T) {
 	u, release := parHoldServer(t)
-	tr := parTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 2})
+	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 2})
 	infos := make(chan httptrace.GotConnInfo, 2)
 	var wg sync.WaitGroup
 	for i := range 2 {
@@ -997,7 +937,7 @@ func TestChunkedBodyStreams(t *testing.T) {
 		fmt.Fprintf(w, "%s+%s", buf, rest)
 	}))
 	defer srv.Close()
-	tr := parTransport(t, TransportOptions{})
+	tr := newTestTransport(t, TransportOptions{})
 	pr, pw := io.Pipe()
 	go func() {
 		io.WriteString(pw, "first")
@@ -1054,7 +994,7 @@ func TestPutIdleConn(t *testing.T) {
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			if tt.called {
-				parWait(t, "PutIdleConn called", func() bool { mu.Lock(); defer mu.Unlock(); return len(calls) > 0 })
+				waitFor(t, "PutIdleConn called", func() bool { mu.Lock(); defer mu.Unlock(); return len(calls) > 0 })
 			}
 			tr.Close() // waits for the connection's goroutines: no later call
 			mu.Lock()
@@ -1084,7 +1024,7 @@ func TestProbeLateBody(t *testing.T) {
 		fmt.Fprintf(w, "%s %q %q", r.Method, r.TransferEncoding, b)
 	}))
 	defer srv.Close()
-	tr := parTransport(t, TransportOptions{})
+	tr := newTestTransport(t, TransportOptions{})
 	pr, pw := io.Pipe()
 	go func() {
 		select {

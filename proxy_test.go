@@ -163,53 +163,21 @@ func splice(c net.Conn, br io.Reader, up net.Conn) {
 // only; RFC 1929 username/password when user is set). Domain names listed
 // in hosts are resolved to the given addresses; it records what it saw.
 type socksServer struct {
-	ln         net.Listener
+	srv        *rawServer
 	user, pass string
 	hosts      map[string]string
-	wg         sync.WaitGroup
 	mu         sync.Mutex
 	targets    []string // requested host:port
 	logins     []string // "user:pass" offered
-	conns      []net.Conn
 }
 
 func newSOCKSServer(t *testing.T, user, pass string, hosts map[string]string) *socksServer {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &socksServer{ln: ln, user: user, pass: pass, hosts: hosts}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s.mu.Lock()
-			s.conns = append(s.conns, c)
-			s.mu.Unlock()
-			s.wg.Add(1)
-			go func() {
-				defer s.wg.Done()
-				s.serve(c)
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		s.mu.Lock()
-		for _, c := range s.conns {
-			c.Close()
-		}
-		s.mu.Unlock()
-		s.wg.Wait()
-	})
+	s := &socksServer{user: user, pass: pass, hosts: hosts}
+	s.srv = startRawServer(t, func(_ int, c net.Conn) { s.serve(c) })
 	return s
 }
 
-func (s *socksServer) addr() string { return s.ln.Addr().String() }
+func (s *socksServer) addr() string { return s.srv.addr }
 
 func (s *socksServer) seen() (targets, logins []string) {
 	s.mu.Lock()
@@ -742,33 +710,20 @@ func TestHTTPProxyConnectBadReplies(t *testing.T) {
 		{"garbage", "SSH-2.0-OpenSSH\r\n\r\n", "malformed HTTP"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				defer c.Close()
-				br := bufio.NewReader(c)
+			proxy := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
 				if _, err := http.ReadRequest(br); err != nil {
 					return
 				}
 				io.WriteString(c, tc.reply)
 				io.Copy(io.Discard, br)
-			}()
-			defer func() { ln.Close(); <-done }()
+			})
 			tr := NewTransport(TransportOptions{
-				Proxy:                  proxyFunc("http://" + ln.Addr().String()),
+				Proxy:                  proxyFunc(proxy.url("")),
 				MaxResponseHeaderBytes: 1024,
 			})
 			defer tr.Close()
 			req, _ := http.NewRequest("GET", "https://example.com/", nil)
-			_, err = tr.RoundTrip(req)
+			_, err := tr.RoundTrip(req)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				// The reply is one small write: it arrives in one read. If
 				// it did not, the TLS handshake fails on the extra bytes.
@@ -794,7 +749,7 @@ func TestHTTPProxyConnectHangs(t *testing.T) {
 		errc <- err
 	}()
 	key := "https://example.com:443 via http://" + addr
-	eventually(t, "the dial", func() bool { return tr.Stats()[key].Dialing == 1 })
+	waitFor(t, "the dial", func() bool { return tr.Stats()[key].Dialing == 1 })
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("RoundTrip error = %v, want context.Canceled", err)

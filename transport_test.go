@@ -9,84 +9,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 )
-
-// testTimeout bounds every wait in these tests; it only guards against
-// hangs and is never a performance assertion.
-const testTimeout = 20 * time.Second
-
-// rawServer is a raw HTTP/1.1 server on 127.0.0.1 whose connections are
-// handled by a test-supplied function, for misbehaviour httptest cannot
-// produce.
-type rawServer struct {
-	ln    net.Listener
-	addr  string
-	conns atomic.Int32
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	open  []net.Conn
-}
-
-func newRawServer(t *testing.T, handle func(c net.Conn, br *bufio.Reader)) *rawServer {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &rawServer{ln: ln, addr: ln.Addr().String()}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s.conns.Add(1)
-			s.mu.Lock()
-			s.open = append(s.open, c)
-			s.mu.Unlock()
-			s.wg.Add(1)
-			go func() {
-				defer s.wg.Done()
-				defer c.Close()
-				handle(c, bufio.NewReader(c))
-			}()
-		}
-	}()
-	t.Cleanup(s.close)
-	return s
-}
-
-func (s *rawServer) url(path string) string { return "http://" + s.addr + path }
-
-func (s *rawServer) close() {
-	s.ln.Close()
-	s.mu.Lock()
-	for _, c := range s.open {
-		c.Close()
-	}
-	s.mu.Unlock()
-	s.wg.Wait()
-}
-
-// serveEcho answers each request with its path as the body, in order.
-func serveEcho(c net.Conn, br *bufio.Reader) {
-	for {
-		req, err := http.ReadRequest(br)
-		if err != nil {
-			return
-		}
-		io.Copy(io.Discard, req.Body)
-		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
-	}
-}
 
 // getEchoes sends GETs of /0 ... /n-1 concurrently through tr to an echo
 // server and checks that each gets its own path back.
@@ -109,55 +37,6 @@ func getEchoes(t *testing.T, tr http.RoundTripper, srv *rawServer, n int) {
 		}()
 	}
 	waitOrFail(t, &wg, "concurrent GETs")
-}
-
-// verifyNoLeaks fails the test if goroutines started during it are still
-// running after cleanup (the Transport must have been closed).
-func verifyNoLeaks(t *testing.T) {
-	t.Helper()
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(testTimeout)
-		for {
-			n := runtime.NumGoroutine()
-			if n <= before {
-				return
-			}
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<20)
-				buf = buf[:runtime.Stack(buf, true)]
-				t.Errorf("goroutines: %d, want <= %d\n%s", n, before, buf)
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	})
-}
-
-func newTestTransport(t *testing.T, opts TransportOptions) *Transport {
-	t.Helper()
-	tr := NewTransport(opts)
-	t.Cleanup(func() { tr.Close() })
-	return tr
-}
-
-func get(t *testing.T, tr http.RoundTripper, url string) (*http.Response, error) {
-	t.Helper()
-	req, err := http.NewRequest("GET", url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tr.RoundTrip(req)
-}
-
-func readBody(t *testing.T, resp *http.Response) string {
-	t.Helper()
-	b, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatalf("reading body: %v", err)
-	}
-	return string(b)
 }
 
 func TestPipelinesOnOneConnection(t *testing.T) {
@@ -211,11 +90,16 @@ func TestFramingInPipeline(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			verifyNoLeaks(t)
+			// The second request is sent once the server has read the
+			// first: written, not just assigned, so the order is known.
+			first := make(chan struct{})
+			var firstOnce sync.Once
 			srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
 				// Read both requests first so that they are pipelined.
 				if _, err := http.ReadRequest(br); err != nil {
 					return
 				}
+				firstOnce.Do(func() { close(first) })
 				second, err := http.ReadRequest(br)
 				if err != nil {
 					return
@@ -227,7 +111,6 @@ func TestFramingInPipeline(t *testing.T) {
 			// The server answers only once both requests are in: no
 			// head-of-line resend may take the second one away.
 			tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 2, HeadOfLineTimeout: -1})
-			first := make(chan struct{})
 			var wg sync.WaitGroup
 			wg.Add(1)
 			go func() {
@@ -243,11 +126,6 @@ func TestFramingInPipeline(t *testing.T) {
 				}
 			}()
 			req, _ := http.NewRequest(tt.method, srv.url("/first"), nil)
-			go func() {
-				// Let the first request be assigned before the second.
-				waitFor(t, func() bool { return tr.Stats()["http://"+srv.addr].InFlight == 1 })
-				close(first)
-			}()
 			resp, err := tr.RoundTrip(req)
 			if err != nil {
 				t.Fatalf("RoundTrip: %v", err)
@@ -263,31 +141,6 @@ func TestFramingInPipeline(t *testing.T) {
 			}
 			wg.Wait()
 		})
-	}
-}
-
-// waitOrFail waits for wg, failing the test (instead of hanging it) if that
-// takes longer than testTimeout.
-func waitOrFail(t *testing.T, wg *sync.WaitGroup, what string) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(testTimeout):
-		t.Fatalf("%s: not done within %v", what, testTimeout)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Errorf("condition not met within %v", testTimeout)
-			return
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -376,7 +229,7 @@ func TestUnsolicitedResponseClosesConnection(t *testing.T) {
 	if got := readBody(t, resp); got != "/one" {
 		t.Fatalf("first body = %q, want /one", got)
 	}
-	waitFor(t, func() bool { return tr.Stats()["http://"+srv.addr].Open == 0 })
+	waitFor(t, "Open == 0", func() bool { return tr.Stats()["http://"+srv.addr].Open == 0 })
 	resp, err = get(t, tr, srv.url("/two"))
 	if err != nil {
 		t.Fatal(err)
@@ -597,7 +450,7 @@ func TestCancelQueuedRequest(t *testing.T) {
 		done <- err
 	}()
 	key := "http://" + srv.addr
-	waitFor(t, func() bool { return tr.Stats()[key].InFlight == 1 })
+	waitFor(t, "InFlight == 1", func() bool { return tr.Stats()[key].InFlight == 1 })
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "GET", srv.url("/queued"), nil)
 	errc := make(chan error, 1)
@@ -605,7 +458,7 @@ func TestCancelQueuedRequest(t *testing.T) {
 		_, err := tr.RoundTrip(req)
 		errc <- err
 	}()
-	waitFor(t, func() bool { return tr.Stats()[key].Queued == 1 })
+	waitFor(t, "Queued == 1", func() bool { return tr.Stats()[key].Queued == 1 })
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Errorf("queued request: err = %v, want context.Canceled", err)
@@ -635,7 +488,7 @@ func TestCancelWrittenRequest(t *testing.T) {
 		_, err := tr.RoundTrip(req)
 		errc <- err
 	}()
-	waitFor(t, func() bool { return tr.Stats()[key].InFlight == 1 })
+	waitFor(t, "InFlight == 1", func() bool { return tr.Stats()[key].InFlight == 1 })
 	behind := make(chan string, 1)
 	go func() {
 		resp, err := get(t, tr, srv.url("/behind"))
@@ -645,7 +498,7 @@ func TestCancelWrittenRequest(t *testing.T) {
 		}
 		behind <- readBody(t, resp)
 	}()
-	waitFor(t, func() bool { return tr.Stats()[key].InFlight == 2 })
+	waitFor(t, "InFlight == 2", func() bool { return tr.Stats()[key].InFlight == 2 })
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled request: err = %v, want context.Canceled", err)
@@ -761,7 +614,7 @@ func TestResendBehindLargeBody(t *testing.T) {
 		}
 		r1c <- resp
 	}()
-	waitFor(t, func() bool { return tr.Stats()[key].InFlight == 1 })
+	waitFor(t, "InFlight == 1", func() bool { return tr.Stats()[key].InFlight == 1 })
 	// A second connection becomes busy and then idle; the third request
 	// goes to it. Fill the first connection's pipeline with a request
 	// while both are busy by holding the second connection too.
@@ -895,7 +748,7 @@ func TestResponseHeaderTimeoutCountsFromHead(t *testing.T) {
 		}
 		errc <- err
 	}()
-	waitFor(t, func() bool { return tr.Stats()[key].InFlight == 1 })
+	waitFor(t, "InFlight == 1", func() bool { return tr.Stats()[key].InFlight == 1 })
 	resp, err := get(t, tr, srv.url("/fast"))
 	if err != nil {
 		t.Fatalf("request behind a slow body: %v", err)
@@ -960,7 +813,7 @@ func TestCloseFailsInFlightAndLaterRequests(t *testing.T) {
 			errs <- err
 		}()
 	}
-	waitFor(t, func() bool { s := tr.Stats()[key]; return s.InFlight == 2 && s.Queued == 1 })
+	waitFor(t, "InFlight == 2 and Queued == 1", func() bool { s := tr.Stats()[key]; return s.InFlight == 2 && s.Queued == 1 })
 	tr.Close()
 	for range 3 {
 		if err := <-errs; !errors.Is(err, ErrTransportClosed) {
@@ -1022,7 +875,7 @@ func TestWritesCoalesce(t *testing.T) {
 	}
 	c := <-cc
 	p := tr.pools[poolKey{scheme: "http", addr: srv.addr}]
-	waitFor(t, func() bool {
+	waitFor(t, "every request written or waiting to write", func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		if len(p.conns) != 1 {
@@ -1063,7 +916,7 @@ func TestLoadSpreadsBeforePipelining(t *testing.T) {
 			}
 		}()
 	}
-	waitFor(t, func() bool { s := tr.Stats()[key]; return s.InFlight == 5 })
+	waitFor(t, "InFlight == 5", func() bool { s := tr.Stats()[key]; return s.InFlight == 5 })
 	if s := tr.Stats()[key]; s.Open != 5 {
 		t.Errorf("5 parallel requests with 5 connections allowed: Open = %d, want 5", s.Open)
 	}
@@ -1098,7 +951,7 @@ func TestCloseIdleConnectionsCancelsUnwantedDials(t *testing.T) {
 		errc <- err
 	}()
 	key := "http://" + srv.addr
-	waitFor(t, func() bool { return tr.Stats()[key].Dialing == 1 })
+	waitFor(t, "Dialing == 1", func() bool { return tr.Stats()[key].Dialing == 1 })
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled request: err = %v, want context.Canceled", err)
@@ -1150,12 +1003,12 @@ func TestCancelledRequestAloneClosesConnection(t *testing.T) {
 		_, err := tr.RoundTrip(req)
 		errc <- err
 	}()
-	waitFor(t, func() bool { return tr.Stats()[key].InFlight == 1 })
+	waitFor(t, "InFlight == 1", func() bool { return tr.Stats()[key].InFlight == 1 })
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
-	waitFor(t, func() bool { return tr.Stats()[key].Open == 0 })
+	waitFor(t, "Open == 0", func() bool { return tr.Stats()[key].Open == 0 })
 	// The only connection slot is free again.
 	resp, err := get(t, tr, srv.url("/next"))
 	if err != nil {
