@@ -183,7 +183,7 @@ func TestNonPipelinedDialLikeNetHTTP(t *testing.T) {
 		}()
 	}
 	// All n reach the server at once: none waits for another's answer.
-	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return waiting == n })
+	waitFor(t, "all POSTs at the server", func() bool { mu.Lock(); defer mu.Unlock(); return waiting == n })
 	close(release)
 	waitOrFail(t, &wg, "POSTs")
 	if got := srv.conns.Load(); got != n {
@@ -271,7 +271,7 @@ func TestManyHostsLeaveNoPool(t *testing.T) {
 		}
 		readBody(t, resp)
 	}
-	waitFor(t, func() bool { return len(tr.Stats()) == 0 })
+	waitFor(t, "no pool left", func() bool { return len(tr.Stats()) == 0 })
 }
 
 func TestIdleTimeoutRemovesPools(t *testing.T) {

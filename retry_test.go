@@ -117,7 +117,7 @@ func TestPutNeverRunsAfterLaterPut(t *testing.T) {
 		}
 		slow <- err
 	}()
-	waitFor(t, func() bool { return tr.Stats()["http://"+srv.Listener.Addr().String()].InFlight == 1 })
+	waitFor(t, "the slow GET in flight", func() bool { return tr.Stats()["http://"+srv.Listener.Addr().String()].InFlight == 1 })
 	put := func(v string) {
 		req, _ := http.NewRequest(http.MethodPut, srv.URL+"/doc", strings.NewReader(v))
 		resp, err := client.Do(req)
