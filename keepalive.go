@@ -1,6 +1,7 @@
 package pipelined
 
 import (
+	"errors"
 	"net/http"
 	"strings"
 	"time"
@@ -165,4 +166,63 @@ func trimKeepAliveOWS(s string) string {
 		s = s[:len(s)-1]
 	}
 	return s
+}
+
+// Honouring the hints. A server that announces timeout=N closes a
+// connection idle for N; a request written at that moment meets a closing
+// connection (the keep-alive race: net/http's "server closed idle
+// connection", Node's ECONNRESET), and a POST then fails with
+// ErrServerClosed, since nobody can know whether it ran. So a connection
+// whose server announced timeout=N is retired after N minus a margin of
+// idleness, before the server closes it; and max=M caps what is assigned
+// to the connection at the M requests the server still accepts.
+
+// keepAliveMargin is how long before an announced timeout a connection is
+// retired: undici's 2 s, but at most a quarter of the timeout, so that a
+// server announcing timeout=1 (Node's keepAliveTimeout set small) still
+// gets its connections reused for 750 ms. The margin covers the time from
+// the server's write of its response to our reading it, plus the request's
+// trip back: a few milliseconds on a LAN, rarely a second on the Internet.
+func keepAliveMargin(timeout time.Duration) time.Duration {
+	return min(2*time.Second, timeout/4)
+}
+
+var (
+	errKeepAliveTimeout = errors.New("pipelined: idle connection retired before the server's announced Keep-Alive timeout")
+	errKeepAliveMax     = errors.New("pipelined: connection retired at the server's announced Keep-Alive max")
+)
+
+// keepAliveLocked applies the hint of a response just read on c. p.mu must
+// be held.
+func (p *hostPool) keepAliveLocked(c *pconn, ka keepAliveHint) {
+	s := &c.s
+	if ka.hasTimeout {
+		s.kaIdle = ka.timeout - keepAliveMargin(ka.timeout)
+		if s.kaIdle <= 0 {
+			// timeout=0: the server closes at once when idle.
+			s.kaIdle = time.Nanosecond
+		}
+	}
+	if ka.hasMax {
+		// The server accepts max more requests after this response; the
+		// ones already assigned behind it count.
+		s.kaLimit = s.served + 1 + ka.max
+		if s.assigned >= s.kaLimit {
+			p.retireLocked(c)
+		}
+	}
+}
+
+// nearKeepAliveEnd reports whether c has used up half of its announced
+// idle time: a request that cannot be retried (a POST) prefers another
+// connection, or a new one.
+func (s *sched) nearKeepAliveEnd() bool {
+	return s.kaIdle > 0 && time.Since(s.idleSince) >= s.kaIdle/2
+}
+
+// pastKeepAliveEnd reports whether c has been idle for its whole
+// announced idle time, margin included: it takes no new request even if
+// its idle timer has not fired yet.
+func (s *sched) pastKeepAliveEnd() bool {
+	return s.kaIdle > 0 && time.Since(s.idleSince) >= s.kaIdle
 }

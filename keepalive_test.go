@@ -1,9 +1,15 @@
 package pipelined
 
 import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -86,6 +92,124 @@ func FuzzParseKeepAlive(f *testing.F) {
 		}
 		if first.hasMax && (!got.hasMax || got.max > first.max) {
 			t.Fatalf("parseKeepAlive(%q): max %d (has %v), more than %d without the last line", lines, got.max, got.hasMax, first.max)
+		}
+	})
+}
+
+// keepAliveServer answers every request with the given Keep-Alive header,
+// and closes a connection idle for idle (as Node's keepAliveTimeout does),
+// or after max requests. It counts the POSTs it runs.
+func keepAliveServer(header string, idle time.Duration, max int, posts *atomic.Int32) *memServer {
+	return &memServer{handle: func(_ int, c net.Conn, br *bufio.Reader) {
+		for n := 0; max == 0 || n < max; n++ {
+			if idle > 0 {
+				c.SetReadDeadline(time.Now().Add(idle))
+			}
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, req.Body)
+			if req.Method == http.MethodPost {
+				posts.Add(1)
+			}
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nKeep-Alive: %s\r\nContent-Length: %d\r\n\r\n%s", header, len(req.URL.Path), req.URL.Path)
+		}
+	}}
+}
+
+// TestKeepAliveTimeoutPOSTs is issue 14's loop: POSTs (and GETs) spaced at
+// about the server's announced idle timeout. None may meet a connection the
+// server is closing: a connection is retired timeout minus a margin after
+// its last response, and a POST, which cannot be retried, takes no
+// connection that has used half of that.
+func TestKeepAliveTimeoutPOSTs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var posts atomic.Int32
+		srv := keepAliveServer("timeout=5", 5*time.Second, 0, &posts)
+		tr := NewTransport(TransportOptions{DialContext: srv.dial})
+		defer tr.Close()
+		// 5 s announced: a 1.25 s margin, so connections idle 3.75 s or
+		// more are retired; a POST takes none idle 1.875 s or more.
+		steps := []struct {
+			method  string
+			gap     time.Duration
+			newConn bool
+		}{
+			{"POST", 0, true},
+			{"POST", time.Second, false},
+			{"POST", 2500 * time.Millisecond, true},
+			{"GET", 2500 * time.Millisecond, false},
+			{"GET", 3700 * time.Millisecond, false},
+			{"GET", 3800 * time.Millisecond, true},
+			{"POST", 4900 * time.Millisecond, true},
+			{"POST", 5 * time.Second, true},
+			{"POST", 5100 * time.Millisecond, true},
+			{"POST", 1800 * time.Millisecond, false},
+		}
+		retired := 0
+		for i, st := range steps {
+			time.Sleep(st.gap)
+			before := srv.dials.Load()
+			var body io.Reader
+			if st.method == http.MethodPost {
+				body = strings.NewReader("x")
+			}
+			req, _ := http.NewRequest(st.method, "http://mem.test/p", body)
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatalf("%s %d after %v idle: %v", st.method, i, st.gap, err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if got := srv.dials.Load() > before; got != st.newConn {
+				t.Errorf("%s %d after %v idle: new connection %v, want %v", st.method, i, st.gap, got, st.newConn)
+			}
+			retired = max(retired, tr.Stats()["http://mem.test:80"].KeepAliveRetired)
+		}
+		if got, want := posts.Load(), int32(7); got != want {
+			t.Errorf("server ran %d POSTs, want %d", got, want)
+		}
+		if retired == 0 {
+			t.Errorf("KeepAliveRetired stayed 0, want connections retired before the announced end")
+		}
+	})
+}
+
+// TestKeepAliveMax: max=M caps the requests assigned to a connection at
+// the M the server still accepts.
+func TestKeepAliveMax(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var posts atomic.Int32
+		// The server accepts 3 requests per connection and says so with a
+		// max that counts down, as Apache does.
+		srv := &memServer{handle: func(_ int, c net.Conn, br *bufio.Reader) {
+			for left := 2; left >= 0; left-- {
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				io.Copy(io.Discard, req.Body)
+				posts.Add(1)
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nKeep-Alive: timeout=5, max=%d\r\nContent-Length: 2\r\n\r\nok", left)
+			}
+		}}
+		tr := NewTransport(TransportOptions{DialContext: srv.dial})
+		defer tr.Close()
+		for i := range 9 {
+			req, _ := http.NewRequest(http.MethodPost, "http://mem.test/p", strings.NewReader("x"))
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatalf("POST %d: %v", i, err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		if got := srv.dials.Load(); got != 3 {
+			t.Errorf("dials = %d, want 3", got)
+		}
+		if got := posts.Load(); got != 9 {
+			t.Errorf("server ran %d POSTs, want 9", got)
 		}
 	})
 }

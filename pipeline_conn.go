@@ -500,6 +500,9 @@ func (c *pconn) readResponses() error {
 			now := time.Now()
 			a.gap, a.wait = now.Sub(c.prevEnd), now.Sub(a.sentAt)
 		}
+		if _, ok := resp.Header["Keep-Alive"]; ok {
+			a.ka = parseKeepAlive(resp.Header)
+		}
 		resp.Request = a.r.req
 		resp.TLS = c.tls
 		a.finalContinue(resp)

@@ -52,6 +52,9 @@ type hostPool struct {
 	// when the verdict "pipelining gains nothing here" ends.
 	serial      float64
 	serialUntil time.Time
+	// kaRetired counts the connections retired before the end their
+	// server announced in Keep-Alive (keepalive.go), for Stats.
+	kaRetired int
 }
 
 // sched is a connection's schedulable state. It belongs to the
@@ -73,6 +76,11 @@ type sched struct {
 	idleSince    time.Time // when inflight last became 0
 	opened       time.Time
 	idleTimer    *time.Timer
+	// From the server's Keep-Alive header (keepalive.go): how long the
+	// connection may stay idle (0: no hint), and the number of
+	// assignments after which it takes no more (0: no hint).
+	kaIdle  time.Duration
+	kaLimit int
 }
 
 // idle reports whether the connection is established, takes requests and
@@ -176,6 +184,9 @@ func (p *hostPool) assignLocked(c *pconn, a *attempt) httptrace.GotConnInfo {
 		p.retireLocked(c)
 		s.atBudget = true
 	}
+	if s.kaLimit > 0 && s.assigned >= s.kaLimit {
+		p.retireLocked(c) // the server accepts no more on it (Keep-Alive max)
+	}
 	if wasIdle {
 		p.tick++
 		s.headTick = p.tick
@@ -251,6 +262,9 @@ func (p *hostPool) gotHeadersLocked(c *pconn, a *attempt, closing bool) {
 			}
 		}
 	}
+	if a.ka.hasTimeout || a.ka.hasMax {
+		p.keepAliveLocked(c, a.ka)
+	}
 }
 
 func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers bool) error {
@@ -287,6 +301,10 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers bool) err
 		}
 	}
 	done := p.becameIdleLocked(c)
+	if done && put == nil && s.kaLimit > 0 && s.assigned >= s.kaLimit {
+		put = errKeepAliveMax
+		p.kaRetired++
+	}
 	p.dispatchLocked()
 	p.mu.Unlock()
 	if done {
@@ -362,8 +380,19 @@ func (p *hostPool) failed(c *pconn, err error, unanswered, answered int) {
 	p.mu.Unlock()
 }
 
+// idleLimitLocked is how long c may stay idle: IdleConnTimeout, or less
+// if its server announced a shorter Keep-Alive timeout (keepalive.go).
+// Zero means no limit.
+func (p *hostPool) idleLimitLocked(c *pconn) time.Duration {
+	d := max(p.t.opts.IdleConnTimeout, 0)
+	if k := c.s.kaIdle; k > 0 && (d == 0 || k < d) {
+		d = k
+	}
+	return d
+}
+
 func (p *hostPool) startIdleTimerLocked(c *pconn) {
-	d := p.t.opts.IdleConnTimeout
+	d := p.idleLimitLocked(c)
 	if d <= 0 {
 		return
 	}
@@ -376,13 +405,19 @@ func (p *hostPool) startIdleTimerLocked(c *pconn) {
 
 func (p *hostPool) closeIfIdle(c *pconn) {
 	p.mu.Lock()
-	idle := c.s.idle() && time.Since(c.s.idleSince) >= p.t.opts.IdleConnTimeout
+	d := p.idleLimitLocked(c)
+	idle := c.s.idle() && time.Since(c.s.idleSince) >= d
+	err := errIdleTimeout
 	if idle {
 		p.retireLocked(c)
+		if c.s.kaIdle == d {
+			err = errKeepAliveTimeout
+			p.kaRetired++
+		}
 	}
 	p.mu.Unlock()
 	if idle {
-		c.fail(errIdleTimeout)
+		c.fail(err)
 	}
 }
 
@@ -428,7 +463,7 @@ func (p *hostPool) isClosed() bool {
 func (p *hostPool) stats() HostStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := HostStats{Open: len(p.conns), Dialing: p.dialing, Queued: len(p.waiters), PipelineDepth: p.depthLocked()}
+	s := HostStats{Open: len(p.conns), Dialing: p.dialing, Queued: len(p.waiters), PipelineDepth: p.depthLocked(), KeepAliveRetired: p.kaRetired}
 	for _, c := range p.conns {
 		s.InFlight += c.s.inflight
 		if c.s.idle() {

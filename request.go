@@ -145,6 +145,9 @@ type attempt struct {
 	// how long after the response ahead of it ended, and after it was
 	// sent (pool.go, noteOrderLocked).
 	gap, wait time.Duration
+	// ka is the Keep-Alive hint of the response, set by the reader before
+	// it reports the headers.
+	ka keepAliveHint
 
 	// Guarded by pconn.mu.
 	headersRead bool // final response headers parsed

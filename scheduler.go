@@ -71,7 +71,7 @@ func (p *hostPool) place(a *attempt) (*pconn, httptrace.GotConnInfo, error) {
 		return nil, httptrace.GotConnInfo{}, errPoolGone
 	}
 	if len(p.waiters) == 0 {
-		c := p.policy.idle(p.conns)
+		c := p.policy.idle(p.conns, !a.r.replayable)
 		if c == nil && p.pipelineable(a) && !p.canDialLocked(p.holdsDialLocked(a)) {
 			c = p.policy.pipeline(p.conns, p.depthLocked())
 		}
@@ -159,8 +159,9 @@ func (p *hostPool) dispatchLocked() {
 		held := pipe && p.holdsDialLocked(w.a)
 		var c *pconn
 		if !noIdle {
-			c = p.policy.idle(p.conns)
-			noIdle = c == nil
+			fragile := !w.a.r.replayable
+			c = p.policy.idle(p.conns, fragile)
+			noIdle = c == nil && !fragile
 		}
 		if c == nil && pipe && !noPipe && covered == 0 && !p.canDialLocked(held) {
 			c = p.policy.pipeline(p.conns, p.depthLocked())
@@ -224,11 +225,17 @@ type leastWait struct {
 	next uint // rotates the scan's starting point so that ties are shared
 }
 
-// idle returns the most recently used idle connection, or nil.
-func (leastWait) idle(conns []*pconn) *pconn {
+// idle returns the most recently used idle connection, or nil. A
+// connection past its server's announced Keep-Alive end is never
+// returned; for a request that cannot be retried (fragile), neither is one
+// near it.
+func (leastWait) idle(conns []*pconn, fragile bool) *pconn {
 	var best *pconn
 	for _, c := range conns {
 		if !c.s.idle() {
+			continue
+		}
+		if c.s.kaIdle > 0 && (c.s.pastKeepAliveEnd() || fragile && c.s.nearKeepAliveEnd()) {
 			continue
 		}
 		if best == nil || c.s.idleSince.After(best.s.idleSince) {

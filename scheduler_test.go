@@ -38,7 +38,7 @@ func TestLeastWaitIdle(t *testing.T) {
 	}
 	for _, tt := range tests {
 		var lw leastWait
-		got := lw.idle(tt.conns)
+		got := lw.idle(tt.conns, false)
 		if idx := indexOf(tt.conns, got); idx != tt.want {
 			t.Errorf("%s: idle() = conn %d, want conn %d", tt.name, idx, tt.want)
 		}
@@ -129,7 +129,7 @@ func BenchmarkLeastWaitIdle(b *testing.B) {
 	var lw leastWait
 	b.ReportAllocs()
 	for b.Loop() {
-		lw.idle(conns)
+		lw.idle(conns, false)
 	}
 }
 
@@ -137,7 +137,7 @@ func TestPolicyAllocatesNothing(t *testing.T) {
 	conns := testConns(connState{inflight: 1}, connState{inflight: 2}, connState{})
 	var lw leastWait
 	if n := testing.AllocsPerRun(100, func() {
-		lw.idle(conns)
+		lw.idle(conns, false)
 		lw.pipeline(conns, 4)
 		lw.drainCandidate(conns)
 	}); n != 0 {

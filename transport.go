@@ -371,6 +371,11 @@ type HostStats struct {
 	InFlight int // requests written or assigned to a connection, not yet answered
 	Queued   int // requests waiting for a connection
 
+	// KeepAliveRetired counts the connections retired before the end
+	// their server announced in a Keep-Alive header (timeout= or max=),
+	// so that no request met a connection the server was closing.
+	KeepAliveRetired int
+
 	// PipelineDepth is the host's effective pipeline depth: the
 	// Transport's, or 1 while the host is in fallback after its
 	// connections repeatedly failed with pipelined requests outstanding
