@@ -250,6 +250,8 @@ func TestDialingCountsTowardMaxConnsPerHost(t *testing.T) {
 	if s := tr.Stats()[key]; s.Dialing != maxConns {
 		t.Fatalf("Stats = %+v, want Dialing %d", s, maxConns)
 	}
+	// Stats counts a dial when it starts; the dialer sees it a moment later.
+	waitFor(t, "the dials to reach the dialer", func() bool { return g.count(addr) >= maxConns })
 	if n := g.count(addr); n != maxConns {
 		t.Fatalf("dials = %d, want %d", n, maxConns)
 	}

@@ -134,11 +134,13 @@ type connEvents interface {
 	setSlow(c *pconn, on bool)
 	// retire: the connection takes no new request.
 	retire(c *pconn)
-	// removed: the connection is closed or detached.
+	// removed: the connection is closed or detached: it leaves the
+	// pool's list at once.
 	removed(c *pconn)
-	// failed: the connection failed with err while unanswered requests
-	// were written on it, after answered responses.
-	failed(c *pconn, err error, unanswered, answered int)
+	// ended: the last event of a connection, once it is marked dead: it
+	// ended with err, with unanswered requests written on it after
+	// answered responses.
+	ended(c *pconn, err error, unanswered, answered int)
 }
 
 func newPconn(t *Transport, ev connEvents, conn net.Conn, state *tls.ConnectionState) *pconn {
@@ -213,13 +215,14 @@ func (c *pconn) send(a *attempt) error {
 	a.wireOff = c.wc.written() + int64(c.bw.Buffered())
 	a.reused = c.answered > 0 || len(c.fifo) > 0
 	a.behind = len(c.fifo) > 0
+	if a.behind {
+		a.sentAt = time.Now() // under mu: the reader reads it
+	}
 	c.fifo = append(c.fifo, a)
 	head := len(c.fifo) == 1
 	c.mu.Unlock()
 	if head {
 		c.armHeaderTimeout(a)
-	} else {
-		a.sentAt = time.Now()
 	}
 	if body != nil && !(r.req.GetBody != nil && r.req.ContentLength > 0 && r.req.ContentLength <= maxInlineBody) {
 		// Full duplex: the response may come (and be returned) while the
@@ -495,10 +498,11 @@ func (c *pconn) readResponses() error {
 		}
 		c.mu.Lock()
 		a.headersRead = true
+		behind, sentAt := a.behind, a.sentAt
 		c.mu.Unlock()
-		if a.behind && !c.prevEnd.IsZero() {
+		if behind && !c.prevEnd.IsZero() {
 			now := time.Now()
-			a.gap, a.wait = now.Sub(c.prevEnd), now.Sub(a.sentAt)
+			a.gap, a.wait = now.Sub(c.prevEnd), now.Sub(sentAt)
 		}
 		if _, ok := resp.Header["Keep-Alive"]; ok {
 			a.ka = parseKeepAlive(resp.Header)
@@ -854,9 +858,7 @@ func (c *pconn) fail(err error) {
 	c.mu.Unlock()
 	c.holStop()
 	written := c.wc.written() // after closeConn: no Write is left running
-	if len(unanswered) > 0 {
-		c.ev.failed(c, err, len(unanswered), answered)
-	}
+	c.ev.ended(c, err, len(unanswered), answered)
 	for i, a := range unanswered {
 		a.deliver(result{err: &ConnError{
 			Err:     err,
@@ -885,6 +887,7 @@ func (c *pconn) detach() {
 	c.mu.Lock()
 	c.dead = true
 	c.mu.Unlock()
+	c.ev.ended(c, errUpgraded, 0, 0)
 }
 
 // isFinalError reports whether a request whose response failed with err

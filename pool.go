@@ -342,7 +342,6 @@ func (p *hostPool) retire(c *pconn) {
 
 func (p *hostPool) removed(c *pconn) {
 	p.mu.Lock()
-	empty := false
 	if !c.s.removed {
 		c.s.removed = true
 		p.retireLocked(c)
@@ -353,31 +352,32 @@ func (p *hostPool) removed(c *pconn) {
 			c.s.idleTimer.Stop()
 		}
 		p.dispatchLocked()
-		empty = len(p.conns) == 0 && p.dialing == 0 && len(p.waiters) == 0
 	}
+	p.mu.Unlock()
+}
+
+func (p *hostPool) ended(c *pconn, err error, unanswered, answered int) {
+	if unanswered > 0 {
+		p.notePipelineFailure(err, unanswered)
+	}
+	p.mu.Lock()
+	if unanswered > 0 && isPipelineFailure(err) && answered >= 2 {
+		// A server (or a proxy) that closes each connection after a
+		// fixed number of requests without saying so: seen twice, that
+		// number becomes the host's budget, so that the next connections
+		// are not given requests they will not answer. (A close after
+		// the first answer is what a server that mishandles pipelining
+		// does: the depth fallback deals with that.)
+		if p.quietClose == answered && (p.budget == 0 || answered < p.budget) {
+			p.budget = answered
+		}
+		p.quietClose = answered
+	}
+	empty := len(p.conns) == 0 && p.dialing == 0 && len(p.waiters) == 0
 	p.mu.Unlock()
 	if empty {
 		p.t.removeIfEmpty(p)
 	}
-}
-
-func (p *hostPool) failed(c *pconn, err error, unanswered, answered int) {
-	p.notePipelineFailure(err, unanswered)
-	if !isPipelineFailure(err) || answered < 2 {
-		return
-	}
-	// A server (or a proxy) that closes each connection after a fixed
-	// number of requests without saying so: seen twice, that number
-	// becomes the host's budget, so that the next connections are not
-	// given requests they will not answer. (A close after the first
-	// answer is what a server that mishandles pipelining does: the depth
-	// fallback deals with that.)
-	p.mu.Lock()
-	if p.quietClose == answered && (p.budget == 0 || answered < p.budget) {
-		p.budget = answered
-	}
-	p.quietClose = answered
-	p.mu.Unlock()
 }
 
 // idleLimitLocked is how long c may stay idle: IdleConnTimeout, or less
@@ -517,4 +517,16 @@ func (p *hostPool) holdsDialLocked(a *attempt) bool {
 		return true
 	}
 	return false
+}
+
+// learnedLocked reports whether p holds something learned about its host
+// that a new pool would have to learn again at a cost to requests: a
+// per-connection budget, recent pipeline failures or a depth fallback, or
+// a verdict on pipelining. Such a pool is not forgotten when it empties.
+func (p *hostPool) learnedLocked() bool {
+	if p.budget > 0 || p.quietClose > 0 || len(p.pipeFailures) > 0 || p.serial > 0 {
+		return true
+	}
+	now := time.Now()
+	return now.Before(p.fallbackUntil) || now.Before(p.serialUntil)
 }

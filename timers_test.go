@@ -190,7 +190,7 @@ func TestTimerFallbackExpires(t *testing.T) {
 					return
 				}
 				time.Sleep(time.Millisecond)
-				if br.Buffered() > 0 {
+				if br.Buffered() > 0 || c.(*memConn).unread() > 0 {
 					return
 				}
 				answer(c, req)
@@ -307,6 +307,13 @@ func (c *memConn) Read(p []byte) (int, error) {
 		}
 		b.cond.Wait()
 	}
+}
+
+// unread returns the bytes written to c's reading side not read yet.
+func (c *memConn) unread() int {
+	c.r.mu.Lock()
+	defer c.r.mu.Unlock()
+	return len(c.r.data)
 }
 
 func (c *memConn) Write(p []byte) (int, error) {
