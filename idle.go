@@ -72,7 +72,7 @@ func (t *Transport) trimIdleConns() {
 		p.mu.Lock()
 		still := ic.c.s.idle()
 		if still {
-			p.retireLocked(ic.c)
+			p.retireLocked(ic.c, CloseIdleLimit)
 		}
 		p.mu.Unlock()
 		if still {

@@ -208,7 +208,7 @@ func (p *hostPool) keepAliveLocked(c *pconn, ka keepAliveHint) {
 		// ones already assigned behind it count.
 		s.kaLimit = s.served + 1 + ka.max
 		if s.assigned >= s.kaLimit {
-			p.retireLocked(c)
+			p.retireLocked(c, CloseKeepAliveEnd)
 		}
 	}
 }

@@ -172,13 +172,10 @@ const (
 	// connection.
 	ResendHeadOfLine
 
-	// ResendHedge: a second attempt sent while the first one is still
-	// waiting for its response; the first response wins.
-	ResendHedge
 )
 
 // String returns the cause in snake case, for metric attributes and logs:
-// "none", "not_written", "conn_failed", "head_of_line" or "hedge".
+// "none", "not_written", "conn_failed" or "head_of_line".
 func (c ResendCause) String() string {
 	switch c {
 	case ResendNone:
@@ -189,8 +186,6 @@ func (c ResendCause) String() string {
 		return "conn_failed"
 	case ResendHeadOfLine:
 		return "head_of_line"
-	case ResendHedge:
-		return "hedge"
 	}
 	return "unknown"
 }

@@ -1,6 +1,13 @@
 package pipelined
 
-import "testing"
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+)
 
 func TestResendCauseString(t *testing.T) {
 	for _, tc := range []struct {
@@ -11,7 +18,6 @@ func TestResendCauseString(t *testing.T) {
 		{ResendNotWritten, "not_written"},
 		{ResendConnFailed, "conn_failed"},
 		{ResendHeadOfLine, "head_of_line"},
-		{ResendHedge, "hedge"},
 		{ResendCause(99), "unknown"},
 	} {
 		if got := tc.c.String(); got != tc.want {
@@ -40,6 +46,103 @@ func TestCloseReasonString(t *testing.T) {
 	} {
 		if got := tc.r.String(); got != tc.want {
 			t.Errorf("CloseReason(%d).String() = %q, want %q", int(tc.r), got, tc.want)
+		}
+	}
+}
+
+// TestObserverEventsConsistent runs a workload with resends (a server that
+// closes every connection after its third answer, without notice) and
+// checks the events the engine reports: each connection opened once,
+// closed once, as often made active as idle (counting a close while
+// active); each request queued, assigned and done.
+func TestObserverEventsConsistent(t *testing.T) {
+	verifyNoLeaks(t)
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		for i := 0; i < 3; i++ {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
+		}
+	})
+	var mu sync.Mutex
+	// Per connection: opened, closed, and active minus idle. Hooks run
+	// outside the locks, so calls for one connection may arrive out of
+	// order; what must hold is that counters derived from them are exact
+	// once the calls have returned (observer.go).
+	type counts struct{ opened, closed, active int }
+	conns := map[uint64]*counts{}
+	var problems []string
+	var queued, assigned, done, resent int
+	note := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	conn := func(ev ConnEvent, f func(*counts)) {
+		mu.Lock()
+		defer mu.Unlock()
+		if ev.ID == 0 || ev.Protocol != "HTTP/1.1" || ev.Opened.IsZero() {
+			note("connection event %+v", ev)
+		}
+		c := conns[ev.ID]
+		if c == nil {
+			c = new(counts)
+			conns[ev.ID] = c
+		}
+		f(c)
+	}
+	obs := &Observer{
+		RequestQueued: func(ev RequestEvent) {
+			mu.Lock()
+			queued++
+			if ev.Resend != ResendNone {
+				resent++
+			}
+			mu.Unlock()
+		},
+		RequestAssigned: func(ev RequestEvent) {
+			mu.Lock()
+			assigned++
+			if ev.ConnID == 0 || ev.InFlight < 1 {
+				note("assigned %+v", ev)
+			}
+			mu.Unlock()
+		},
+		RequestDone: func(ev RequestEvent) {
+			mu.Lock()
+			done++
+			if ev.Err != nil || ev.Status != 200 || ev.Attempt < 1 || ev.Start.IsZero() {
+				note("done %+v", ev)
+			}
+			mu.Unlock()
+		},
+		ConnOpened: func(ev ConnEvent) { conn(ev, func(c *counts) { c.opened++ }) },
+		ConnActive: func(ev ConnEvent) { conn(ev, func(c *counts) { c.active++ }) },
+		ConnIdle:   func(ev ConnEvent) { conn(ev, func(c *counts) { c.active-- }) },
+		ConnClosed: func(ev ConnEvent) {
+			conn(ev, func(c *counts) {
+				c.closed++
+				if ev.Active {
+					c.active--
+				}
+			})
+		},
+	}
+	tr := NewTransport(TransportOptions{Observer: obs, PipelineConnsPerHost: 2})
+	getEchoes(t, tr, srv, 100)
+	tr.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	for _, p := range problems {
+		t.Error(p)
+	}
+	if done != 100 {
+		t.Errorf("RequestDone %d times, want 100", done)
+	}
+	if queued != assigned || queued < 100 || resent != queued-100 {
+		t.Errorf("queued %d, assigned %d, resent %d: want queued = assigned = 100 + resent", queued, assigned, resent)
+	}
+	for id, c := range conns {
+		if *c != (counts{opened: 1, closed: 1}) {
+			t.Errorf("connection %d: %+v, want opened and closed once, as often active as idle", id, *c)
 		}
 	}
 }

@@ -38,6 +38,7 @@ import (
 type pconn struct {
 	ev   connEvents // the pool
 	t    *Transport
+	id   uint64 // unique in the Transport, for the Observer
 	conn net.Conn
 	tls  *tls.ConnectionState
 	br   *bufio.Reader
@@ -153,6 +154,7 @@ func newPconn(t *Transport, ev connEvents, conn net.Conn, state *tls.ConnectionS
 		writeLock: make(chan struct{}, 1),
 		closed:    make(chan struct{}),
 	}
+	c.id = t.connIDs.Add(1)
 	c.nr.conn = conn
 	c.br = bufio.NewReaderSize(&c.nr, o.ReadBufferSize)
 	c.wc.conn = conn
@@ -302,6 +304,7 @@ func (c *pconn) write(a *attempt, body io.ReadCloser) {
 	if tunnel != nil {
 		go c.copyTunnel(tunnel)
 	}
+	c.observeWritten(a)
 	c.armHeaderTimeout(a)
 }
 
@@ -509,6 +512,7 @@ func (c *pconn) readResponses() error {
 		}
 		resp.Request = a.r.req
 		resp.TLS = c.tls
+		c.observeHeaders(a, resp.StatusCode)
 		a.finalContinue(resp)
 		closing := resp.Close || a.r.closeAfter
 		if closing {

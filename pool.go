@@ -19,8 +19,9 @@ import (
 // while holding mu, except to stop timers, and no user callback runs under
 // mu.
 type hostPool struct {
-	t   *Transport
-	key poolKey
+	t    *Transport
+	key  poolKey
+	name string // key.String(), as Stats and the Observer name the pool
 
 	mu      sync.Mutex
 	conns   []*pconn  // established and not removed (busy, idle or retired)
@@ -76,6 +77,8 @@ type sched struct {
 	idleSince    time.Time // when inflight last became 0
 	opened       time.Time
 	idleTimer    *time.Timer
+	retireReason CloseReason // why it was retired (Observer)
+	active       bool        // ConnActive was reported last (not ConnIdle)
 	// From the server's Keep-Alive header (keepalive.go): how long the
 	// connection may stay idle (0: no hint), and the number of
 	// assignments after which it takes no more (0: no hint).
@@ -100,13 +103,18 @@ type dialHandle struct {
 }
 
 func newHostPool(t *Transport, key poolKey) *hostPool {
-	return &hostPool{t: t, key: key}
+	return &hostPool{t: t, key: key, name: key.String()}
 }
 
-// retireLocked makes c take no new request.
-func (p *hostPool) retireLocked(c *pconn) {
+// retireLocked makes c take no new request, for the given reason (the
+// first one given is kept; 0 keeps the one already there). It is the only
+// place that retires a connection.
+func (p *hostPool) retireLocked(c *pconn, why CloseReason) {
 	c.s.retired = true
 	c.s.reserved = false
+	if c.s.retireReason == 0 {
+		c.s.retireReason = why
+	}
 }
 
 // startDialLocked dials a new connection in its own goroutine. The dial
@@ -167,8 +175,12 @@ func (p *hostPool) startDialLocked(reqCtx context.Context) {
 		p.startIdleTimerLocked(c)
 		t.wg.Add(1)
 		go c.readLoop()
+		ev := p.connEvent(c, c.s.opened, false)
 		p.dispatchLocked()
 		p.mu.Unlock()
+		if o := t.opts.Observer; o != nil && o.ConnOpened != nil {
+			o.ConnOpened(ev)
+		}
 	}()
 }
 
@@ -180,12 +192,15 @@ func (p *hostPool) assignLocked(c *pconn, a *attempt) httptrace.GotConnInfo {
 	wasIdle := s.inflight == 0
 	s.inflight++
 	s.assigned++
+	a.inflightAtAssign = s.inflight
+	a.activated = !s.active
+	s.active = true
 	if p.budget > 0 && s.assigned >= p.budget {
-		p.retireLocked(c)
+		p.retireLocked(c, CloseBudget)
 		s.atBudget = true
 	}
 	if s.kaLimit > 0 && s.assigned >= s.kaLimit {
-		p.retireLocked(c) // the server accepts no more on it (Keep-Alive max)
+		p.retireLocked(c, CloseKeepAliveEnd) // the server accepts no more on it (Keep-Alive max)
 	}
 	if wasIdle {
 		p.tick++
@@ -197,7 +212,7 @@ func (p *hostPool) assignLocked(c *pconn, a *attempt) httptrace.GotConnInfo {
 	}
 	if a.r.closeAfter || a.r.upgrade {
 		// Nothing may follow: the connection ends, or leaves the pool.
-		p.retireLocked(c)
+		p.retireLocked(c, closeReasonOf(a.r))
 	}
 	if a.r.trace == nil || a.r.trace.GotConn == nil {
 		return httptrace.GotConnInfo{}
@@ -216,9 +231,10 @@ func (p *hostPool) assignLocked(c *pconn, a *attempt) httptrace.GotConnInfo {
 func (p *hostPool) release(c *pconn) {
 	p.mu.Lock()
 	c.s.inflight--
-	done := p.becameIdleLocked(c)
+	done, idle := p.becameIdleLocked(c)
 	p.dispatchLocked()
 	p.mu.Unlock()
+	p.observeIdle(c, idle)
 	if done {
 		c.fail(errConnClosing)
 	}
@@ -227,14 +243,19 @@ func (p *hostPool) release(c *pconn) {
 // becameIdleLocked updates c when it may have nothing in flight any more,
 // and reports whether it must be closed: it takes no new request and has
 // nothing left to answer.
-func (p *hostPool) becameIdleLocked(c *pconn) bool {
+func (p *hostPool) becameIdleLocked(c *pconn) (done, wentIdle bool) {
 	s := &c.s
 	if s.inflight != 0 {
-		return false
+		return false, false
 	}
 	s.exclusive = false
 	s.idleSince = time.Now()
-	return s.retired && !s.removed
+	if s.retired {
+		return !s.removed, false
+	}
+	wentIdle = s.active
+	s.active = false
+	return false, wentIdle
 }
 
 // The connEvents of a hostPool.
@@ -254,7 +275,7 @@ func (p *hostPool) gotHeadersLocked(c *pconn, a *attempt, closing bool) {
 		s.exclusive = false
 	}
 	if closing {
-		p.retireLocked(c)
+		p.retireLocked(c, closingReason(a))
 		if !a.r.closeAfter {
 			s.serverClosed = true
 			if s.assigned > s.served+1 {
@@ -283,7 +304,7 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers bool) err
 	p.tick++
 	s.headTick = p.tick
 	if closing {
-		p.retireLocked(c)
+		p.retireLocked(c, closingReason(a))
 		put = errConnClosing
 	}
 	if s.inflight == 0 {
@@ -293,20 +314,21 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers bool) err
 			p.budget = 0
 		}
 		if put == nil && !p.keepIdleLocked(c) {
-			p.retireLocked(c)
+			p.retireLocked(c, CloseIdleLimit)
 			put = errTooManyIdleHost
 		}
 		if !s.retired {
 			p.startIdleTimerLocked(c)
 		}
 	}
-	done := p.becameIdleLocked(c)
+	done, idle := p.becameIdleLocked(c)
 	if done && put == nil && s.kaLimit > 0 && s.assigned >= s.kaLimit {
 		put = errKeepAliveMax
 		p.kaRetired++
 	}
 	p.dispatchLocked()
 	p.mu.Unlock()
+	p.observeIdle(c, idle)
 	if done {
 		// Nothing more will be written on it: let it go.
 		if put == nil {
@@ -336,7 +358,7 @@ func (p *hostPool) setSlow(c *pconn, on bool) {
 
 func (p *hostPool) retire(c *pconn) {
 	p.mu.Lock()
-	p.retireLocked(c)
+	p.retireLocked(c, CloseError)
 	p.mu.Unlock()
 }
 
@@ -344,7 +366,7 @@ func (p *hostPool) removed(c *pconn) {
 	p.mu.Lock()
 	if !c.s.removed {
 		c.s.removed = true
-		p.retireLocked(c)
+		p.retireLocked(c, 0)
 		if i := slices.Index(p.conns, c); i >= 0 {
 			p.conns = slices.Delete(p.conns, i, i+1)
 		}
@@ -374,7 +396,19 @@ func (p *hostPool) ended(c *pconn, err error, unanswered, answered int) {
 		p.quietClose = answered
 	}
 	empty := len(p.conns) == 0 && p.dialing == 0 && len(p.waiters) == 0
+	var ev ConnEvent
+	o := p.t.opts.Observer
+	if o != nil && o.ConnClosed != nil {
+		ev = p.connEvent(c, time.Now(), c.s.active || unanswered > 0)
+		ev.Reason = closeReason(err, c.s.retireReason)
+		if ev.Reason == CloseError {
+			ev.Err = err
+		}
+	}
 	p.mu.Unlock()
+	if o != nil && o.ConnClosed != nil {
+		o.ConnClosed(ev)
+	}
 	if empty {
 		p.t.removeIfEmpty(p)
 	}
@@ -409,9 +443,10 @@ func (p *hostPool) closeIfIdle(c *pconn) {
 	idle := c.s.idle() && time.Since(c.s.idleSince) >= d
 	err := errIdleTimeout
 	if idle {
-		p.retireLocked(c)
+		p.retireLocked(c, CloseIdleTimeout)
 		if c.s.kaIdle == d {
 			err = errKeepAliveTimeout
+			c.s.retireReason = CloseKeepAliveEnd
 			p.kaRetired++
 		}
 	}
@@ -433,7 +468,7 @@ func (p *hostPool) closeIdle() {
 	var idle []*pconn
 	for _, c := range p.conns {
 		if c.s.idle() {
-			p.retireLocked(c)
+			p.retireLocked(c, CloseIdleConnections)
 			idle = append(idle, c)
 		}
 	}

@@ -51,6 +51,12 @@ type request struct {
 	absoluteURI    bool // absolute-form request target (HTTP proxy)
 	bodyUsed       bool // req.Body was handed to a write
 
+	// For the Observer (observe.go), set only when there is one.
+	start      time.Time
+	host, addr string
+	queueTime  time.Duration
+	last       *attempt // the latest attempt
+
 	first attempt     // the first attempt, allocated with the request
 	res   chan result // shared by the request's attempts (see newAttempt)
 }
@@ -131,6 +137,13 @@ type attempt struct {
 	alone bool // a retry: written alone on its connection (RFC 9112 §9.3.2)
 
 	askedConn bool // GetConn fired (once per attempt, whatever the pool)
+
+	// For the Observer (observe.go).
+	n                int         // 1 for the first attempt
+	cause            ResendCause // why this attempt is sent
+	queuedAt         time.Time
+	inflightAtAssign int  // set under hostPool.mu by assignLocked
+	activated        bool // the assignment made the connection active
 
 	res   chan result  // capacity 1; receives the single outcome
 	state atomic.Int32 // attemptWaiting → attemptDelivered | attemptAbandoned

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 )
 
 // This file is the retry loop of a request: it places each attempt on a
@@ -90,9 +91,21 @@ func (p *hostPool) roundTrip(req *http.Request) (*http.Response, error) {
 		r.absoluteURI = true
 		r.proxyAuth = p.key.proxyAuth
 	}
+	o := p.t.opts.Observer
+	if o != nil {
+		r.start, r.host, r.addr = time.Now(), p.name, p.key.addr
+	}
 	resp, err := p.roundTripAttempts(r)
 	if err != nil && !r.bodyUsed {
 		closeBody(req)
+	}
+	if o != nil && o.RequestDone != nil && r.last != nil {
+		ev := requestEvent(r.last, time.Now())
+		ev.Err = err
+		if resp != nil {
+			ev.Status = resp.StatusCode
+		}
+		o.RequestDone(ev)
 	}
 	return resp, err
 }
@@ -102,11 +115,22 @@ var errTooManyMoves = errors.New("pipelined: request moved between connections t
 func (p *hostPool) roundTripAttempts(r *request) (*http.Response, error) {
 	alone := false
 	moves, retries := 0, 0
+	o := p.t.opts.Observer
+	n, cause := 0, ResendNone
 	for {
 		if err := r.ctx.Err(); err != nil {
 			return nil, context.Cause(r.ctx)
 		}
 		a := newAttempt(r, alone)
+		n++
+		a.n, a.cause = n, cause
+		if o != nil {
+			r.last = a
+			a.queuedAt = time.Now()
+			if o.RequestQueued != nil {
+				o.RequestQueued(requestEvent(a, a.queuedAt))
+			}
+		}
 		c, err := p.acquire(a)
 		for err == errPoolGone {
 			// The pool emptied and was forgotten since this request got
@@ -119,7 +143,8 @@ func (p *hostPool) roundTripAttempts(r *request) (*http.Response, error) {
 		if err != nil {
 			return nil, err
 		}
-		var o outcome
+		p.observeAssigned(a)
+		var out outcome
 		var res result
 		if err := c.send(a); err != nil {
 			p.release(c)
@@ -137,24 +162,29 @@ func (p *hostPool) roundTripAttempts(r *request) (*http.Response, error) {
 				return nil, ErrTransportClosed
 			}
 		}
-		o.moved = res.retry
+		out.moved = res.retry
 		var ce *ConnError
-		if !o.moved {
+		if !out.moved {
 			if !errors.As(res.err, &ce) {
 				return nil, res.err
 			}
-			o.err = ce.fail
+			out.err = ce.fail
 		}
-		switch checkRetry(r.replayable, alone, o) {
+		switch checkRetry(r.replayable, alone, out) {
 		case sendAgain:
 			if moves++; moves > maxMoves {
-				return nil, &ConnError{Err: errTooManyMoves, Written: o.moved || o.err.written}
+				return nil, &ConnError{Err: errTooManyMoves, Written: out.moved || out.err.written}
+			}
+			cause = ResendNotWritten
+			if out.moved {
+				cause = ResendHeadOfLine
 			}
 		case retryAlone:
 			if retries++; retries > maxRetries {
 				return nil, ce
 			}
 			alone = true
+			cause = ResendConnFailed
 		default:
 			return nil, ce
 		}

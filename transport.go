@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
@@ -192,6 +193,12 @@ type TransportOptions struct {
 	// would bring back the dial churn pipelining avoids.
 	MaxIdleConnsPerHost int
 
+	// Observer, if non-nil, receives the events of the Transport's requests
+	// and connections, for metrics (see the otelpipelined module) and
+	// logs. Its hooks run outside the Transport's locks. Nil costs nothing
+	// measurable.
+	Observer *Observer
+
 	// MaxIdleConns caps the idle connections (nothing in flight) across all
 	// hosts; when a connection becoming idle exceeds it, the connection idle
 	// for the longest time is closed. Zero means no limit.
@@ -209,6 +216,8 @@ type Transport struct {
 	depth     int
 	maxConns  int // 0: no limit
 	pipeConns int // pipelining threshold, at most maxConns
+
+	connIDs atomic.Uint64 // the last connection ID given out
 
 	ctx    context.Context // cancelled by Close; parent of dials
 	cancel context.CancelFunc

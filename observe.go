@@ -1,0 +1,128 @@
+package pipelined
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// This file reports the engine's events to TransportOptions.Observer
+// (observer.go). Every report is made after the locks that decided it are
+// released; with no Observer, each site costs one nil comparison.
+
+const protoHTTP11 = "HTTP/1.1"
+
+// closeReasonOf is why a connection ends with request r: the request asked
+// for it, or takes the connection out of the pool.
+func closeReasonOf(r *request) CloseReason {
+	if r.upgrade {
+		return CloseUpgraded
+	}
+	return CloseRequest
+}
+
+// closingReason is why a connection ends after a's response, which said
+// "close" or followed a request that did.
+func closingReason(a *attempt) CloseReason {
+	if a.r.closeAfter {
+		return CloseRequest
+	}
+	return CloseServer
+}
+
+// closeReason is why a connection that ended with err closed; retired is
+// the reason it was retired for, if it was.
+func closeReason(err error, retired CloseReason) CloseReason {
+	switch {
+	case errors.Is(err, ErrTransportClosed):
+		return CloseTransportClosed
+	case err == errUpgraded:
+		return CloseUpgraded
+	case err == errUnwanted, err == errDrainTooLong,
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded) && !isTimeout(err):
+		return CloseCanceled
+	case err == errIdleClosed:
+		return CloseServer
+	case err == errIdleTimeout:
+		return CloseIdleTimeout
+	case err == errKeepAliveTimeout, err == errKeepAliveMax:
+		return CloseKeepAliveEnd
+	case err == errClosedIdle:
+		return CloseIdleConnections
+	case err == errTooManyIdle, err == errTooManyIdleHost:
+		return CloseIdleLimit
+	case err == errConnClosing:
+		if retired != 0 && retired != CloseError {
+			return retired
+		}
+		return CloseServer
+	}
+	return CloseError
+}
+
+// requestEvent describes a's request at time now.
+func requestEvent(a *attempt, now time.Time) RequestEvent {
+	r := a.r
+	ev := RequestEvent{
+		Time: now, Start: r.start, Request: r.req, Host: r.host, Addr: r.addr,
+		Attempt: a.n, Resend: a.cause, QueueTime: r.queueTime,
+	}
+	if c := a.c; c != nil {
+		ev.ConnID, ev.Protocol = c.id, protoHTTP11
+		ev.InFlight, ev.Pipelined = a.inflightAtAssign, a.inflightAtAssign > 1
+	}
+	return ev
+}
+
+// connEvent describes c at time now.
+func (p *hostPool) connEvent(c *pconn, now time.Time, active bool) ConnEvent {
+	return ConnEvent{Time: now, ID: c.id, Host: p.name, Addr: p.key.addr, Protocol: protoHTTP11, Opened: c.s.opened, Active: active}
+}
+
+// observeAssigned reports that a was given its connection, in the
+// caller's goroutine once acquire returned.
+func (p *hostPool) observeAssigned(a *attempt) {
+	o := p.t.opts.Observer
+	if o == nil {
+		return
+	}
+	now := time.Now()
+	a.r.queueTime += now.Sub(a.queuedAt)
+	if a.activated && o.ConnActive != nil {
+		o.ConnActive(p.connEvent(a.c, now, true))
+	}
+	if o.RequestAssigned != nil {
+		o.RequestAssigned(requestEvent(a, now))
+	}
+}
+
+// observeWritten reports that a's request was written; Pipelined says
+// whether an earlier request was unanswered when it was.
+func (c *pconn) observeWritten(a *attempt) {
+	if o := c.t.opts.Observer; o != nil && o.RequestWritten != nil {
+		ev := requestEvent(a, time.Now())
+		ev.Pipelined = a.behind
+		o.RequestWritten(ev)
+	}
+}
+
+// observeHeaders reports that a's final response head arrived.
+func (c *pconn) observeHeaders(a *attempt, status int) {
+	if o := c.t.opts.Observer; o != nil && o.RequestHeaders != nil {
+		ev := requestEvent(a, time.Now())
+		ev.Pipelined = a.behind
+		ev.Status = status
+		o.RequestHeaders(ev)
+	}
+}
+
+// observeIdle reports that c has nothing in flight any more and stays
+// open, if the pool decided so (went is true).
+func (p *hostPool) observeIdle(c *pconn, went bool) {
+	if !went {
+		return
+	}
+	if o := p.t.opts.Observer; o != nil && o.ConnIdle != nil {
+		o.ConnIdle(p.connEvent(c, time.Now(), false))
+	}
+}
