@@ -39,5 +39,6 @@ func ExampleObserver() {
 			}
 		},
 	}
-	_ = obs // pipelined.TransportOptions{Observer: obs}
+	tr := pipelined.NewTransport(pipelined.TransportOptions{Observer: obs})
+	defer tr.Close()
 }
