@@ -169,24 +169,26 @@ var bodyBufClasses = [...]int{1 << 10, 4 << 10, 16 << 10, maxReadAhead}
 var bodyBufPools [len(bodyBufClasses)]sync.Pool
 
 // getBodyBuf returns a pooled buffer of at least n bytes (at most
-// maxReadAhead).
-func getBodyBuf(n int) []byte {
+// maxReadAhead). The pools hold *[]byte, so that putting one back
+// allocates nothing.
+func getBodyBuf(n int) *[]byte {
 	for i, size := range bodyBufClasses {
 		if n <= size {
 			if b, ok := bodyBufPools[i].Get().(*[]byte); ok {
-				return (*b)[:size]
+				return b
 			}
-			return make([]byte, size)
+			b := make([]byte, size)
+			return &b
 		}
 	}
-	return make([]byte, n)
+	b := make([]byte, n)
+	return &b
 }
 
-func putBodyBuf(b []byte) {
+func putBodyBuf(b *[]byte) {
 	for i, size := range bodyBufClasses {
-		if cap(b) == size {
-			b = b[:size]
-			bodyBufPools[i].Put(&b)
+		if len(*b) == size {
+			bodyBufPools[i].Put(b)
 			return
 		}
 	}
@@ -208,11 +210,12 @@ type body struct {
 
 	mu       sync.Mutex
 	cond     sync.Cond // signalled on every change below
-	buf      []byte
-	r, w     int  // unread data is buf[r:w]
-	writing  bool // the reader is filling buf[w:] outside mu
-	lent     bool // WriteTo is writing buf[r:w] outside mu
-	end      bool // the reader is done: err is final
+	bufp     *[]byte   // from bodyBufPools
+	buf      []byte    // *bufp
+	r, w     int       // unread data is buf[r:w]
+	writing  bool      // the reader is filling buf[w:] outside mu
+	lent     bool      // WriteTo is writing buf[r:w] outside mu
+	end      bool      // the reader is done: err is final
 	err      error
 	closed   bool // the caller closed the body
 	trailer  http.Header
@@ -221,8 +224,8 @@ type body struct {
 	watched  bool // an AfterFunc wakes waiting reads when ctx ends
 }
 
-func newBody(ctx context.Context, dst *http.Response, buf []byte) *body {
-	b := &body{ctx: ctx, dst: dst, buf: buf}
+func newBody(ctx context.Context, dst *http.Response, bufp *[]byte) *body {
+	b := &body{ctx: ctx, dst: dst, bufp: bufp, buf: *bufp}
 	b.cond.L = &b.mu
 	return b
 }
@@ -353,8 +356,8 @@ func (b *body) recycleLocked() {
 		return
 	}
 	b.recycled = true
-	putBodyBuf(b.buf)
-	b.buf = nil
+	putBodyBuf(b.bufp)
+	b.bufp, b.buf = nil, nil
 	b.r, b.w = 0, 0
 }
 
@@ -410,9 +413,9 @@ func (b *body) space() []byte {
 		}
 		if len(b.buf) < maxReadAhead {
 			nb := getBodyBuf(2 * len(b.buf))
-			copy(nb, b.buf[b.r:b.w])
-			putBodyBuf(b.buf)
-			b.buf = nb
+			copy(*nb, b.buf[:b.w])
+			putBodyBuf(b.bufp)
+			b.bufp, b.buf = nb, *nb
 			continue
 		}
 		b.cond.Wait()

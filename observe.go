@@ -12,6 +12,24 @@ import (
 
 const protoHTTP11 = "HTTP/1.1"
 
+// requestObs is what the Observer's events of one request carry across its
+// attempts. It is owned by the request's RoundTrip goroutine.
+type requestObs struct {
+	start      time.Time
+	host, addr string
+	queueTime  time.Duration
+	last       *attempt // the latest attempt
+}
+
+// monoTime is a monotonic instant in nanoseconds since the process's
+// first use of it: 8 bytes where a time.Time takes 24, for timestamps kept
+// per request.
+type monoTime int64
+
+var monoEpoch = time.Now()
+
+func monoNow() monoTime { return monoTime(time.Since(monoEpoch)) }
+
 // closeReasonOf is why a connection ends with request r: the request asked
 // for it, or takes the connection out of the pool.
 func closeReasonOf(r *request) CloseReason {
@@ -62,14 +80,14 @@ func closeReason(err error, retired CloseReason) CloseReason {
 
 // requestEvent describes a's request at time now.
 func requestEvent(a *attempt, now time.Time) RequestEvent {
-	r := a.r
+	r, ro := a.r, a.r.obs
 	ev := RequestEvent{
-		Time: now, Start: r.start, Request: r.req, Host: r.host, Addr: r.addr,
-		Attempt: a.n, Resend: a.cause, QueueTime: r.queueTime,
+		Time: now, Start: ro.start, Request: r.req, Host: ro.host, Addr: ro.addr,
+		Attempt: int(a.n), Resend: a.cause, QueueTime: ro.queueTime,
 	}
 	if c := a.c; c != nil {
 		ev.ConnID, ev.Protocol = c.id, protoHTTP11
-		ev.InFlight, ev.Pipelined = a.inflightAtAssign, a.inflightAtAssign > 1
+		ev.InFlight, ev.Pipelined = int(a.inflightAtAssign), a.inflightAtAssign > 1
 	}
 	return ev
 }
@@ -87,7 +105,7 @@ func (p *hostPool) observeAssigned(a *attempt) {
 		return
 	}
 	now := time.Now()
-	a.r.queueTime += now.Sub(a.queuedAt)
+	a.r.obs.queueTime += time.Duration(monoNow() - a.queuedAt)
 	if a.activated && o.ConnActive != nil {
 		o.ConnActive(p.connEvent(a.c, now, true))
 	}

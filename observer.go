@@ -149,7 +149,7 @@ type RequestEvent struct {
 }
 
 // ResendCause says why an attempt of a request is sent again.
-type ResendCause int
+type ResendCause uint8
 
 // The causes of a resend. Only idempotent requests with a replayable body
 // are ever sent twice once written; see docs/design.md.

@@ -66,7 +66,7 @@ type pconn struct {
 
 	// prevEnd, owned by the reader goroutine: when the response ahead of
 	// the current head ended, if the head was written behind it.
-	prevEnd time.Time
+	prevEnd monoTime
 
 	s sched // schedulable state: guarded by hostPool.mu (pool.go)
 }
@@ -218,7 +218,7 @@ func (c *pconn) send(a *attempt) error {
 	a.reused = c.answered > 0 || len(c.fifo) > 0
 	a.behind = len(c.fifo) > 0
 	if a.behind {
-		a.sentAt = time.Now() // under mu: the reader reads it
+		a.sentAt = monoNow() // under mu: the reader reads it
 	}
 	c.fifo = append(c.fifo, a)
 	head := len(c.fifo) == 1
@@ -503,12 +503,13 @@ func (c *pconn) readResponses() error {
 		a.headersRead = true
 		behind, sentAt := a.behind, a.sentAt
 		c.mu.Unlock()
-		if behind && !c.prevEnd.IsZero() {
-			now := time.Now()
-			a.gap, a.wait = now.Sub(c.prevEnd), now.Sub(sentAt)
+		if behind && c.prevEnd != 0 {
+			now := monoNow()
+			a.gap, a.wait = time.Duration(now-c.prevEnd), time.Duration(now-sentAt)
 		}
 		if _, ok := resp.Header["Keep-Alive"]; ok {
-			a.ka = parseKeepAlive(resp.Header)
+			ka := parseKeepAlive(resp.Header)
+			a.ka = &ka
 		}
 		resp.Request = a.r.req
 		resp.TLS = c.tls
@@ -560,7 +561,7 @@ func (c *pconn) readBody(a *attempt, resp *http.Response, f framing, closing boo
 		// The whole body is here: the connection is free again (and
 		// counted so) by the time the caller sees its response.
 		buf := getBodyBuf(int(f.n))
-		n, _ := io.ReadFull(c.br, buf[:f.n])
+		n, _ := io.ReadFull(c.br, (*buf)[:f.n])
 		b := newBody(a.r.ctx, resp, buf)
 		b.w, b.end = n, true
 		resp.Body = b
@@ -753,7 +754,7 @@ func (c *pconn) popHead() {
 	c.mu.Unlock()
 	if next != nil {
 		if next.behind {
-			c.prevEnd = time.Now()
+			c.prevEnd = monoNow()
 		}
 		c.armHeaderTimeout(next)
 	}

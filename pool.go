@@ -192,7 +192,7 @@ func (p *hostPool) assignLocked(c *pconn, a *attempt) httptrace.GotConnInfo {
 	wasIdle := s.inflight == 0
 	s.inflight++
 	s.assigned++
-	a.inflightAtAssign = s.inflight
+	a.inflightAtAssign = int32(s.inflight)
 	a.activated = !s.active
 	s.active = true
 	if p.budget > 0 && s.assigned >= p.budget {
@@ -283,8 +283,8 @@ func (p *hostPool) gotHeadersLocked(c *pconn, a *attempt, closing bool) {
 			}
 		}
 	}
-	if a.ka.hasTimeout || a.ka.hasMax {
-		p.keepAliveLocked(c, a.ka)
+	if a.ka != nil {
+		p.keepAliveLocked(c, *a.ka)
 	}
 }
 

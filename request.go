@@ -51,11 +51,7 @@ type request struct {
 	absoluteURI    bool // absolute-form request target (HTTP proxy)
 	bodyUsed       bool // req.Body was handed to a write
 
-	// For the Observer (observe.go), set only when there is one.
-	start      time.Time
-	host, addr string
-	queueTime  time.Duration
-	last       *attempt // the latest attempt
+	obs *requestObs // for the Observer (observe.go), only when there is one
 
 	first attempt     // the first attempt, allocated with the request
 	res   chan result // shared by the request's attempts (see newAttempt)
@@ -139,28 +135,28 @@ type attempt struct {
 	askedConn bool // GetConn fired (once per attempt, whatever the pool)
 
 	// For the Observer (observe.go).
-	n                int         // 1 for the first attempt
+	n                int32       // 1 for the first attempt
+	inflightAtAssign int32       // set under hostPool.mu by assignLocked
 	cause            ResendCause // why this attempt is sent
-	queuedAt         time.Time
-	inflightAtAssign int  // set under hostPool.mu by assignLocked
-	activated        bool // the assignment made the connection active
+	activated        bool        // the assignment made the connection active
+	queuedAt         monoTime
 
 	res   chan result  // capacity 1; receives the single outcome
 	state atomic.Int32 // attemptWaiting → attemptDelivered | attemptAbandoned
 
 	// Set under pconn.mu when the attempt joins the connection's fifo.
-	wireOff int64     // bytes handed to the connection before this request's first byte
-	reused  bool      // the connection had answered a response, or others were in flight
-	behind  bool      // others were in flight: the request was pipelined
-	sentAt  time.Time // for a pipelined request, when it joined the fifo
+	wireOff int64    // bytes handed to the connection before this request's first byte
+	reused  bool     // the connection had answered a response, or others were in flight
+	behind  bool     // others were in flight: the request was pipelined
+	sentAt  monoTime // for a pipelined request, when it joined the fifo
 
 	// Set by the reader for a pipelined request when its headers arrive:
 	// how long after the response ahead of it ended, and after it was
 	// sent (pool.go, noteOrderLocked).
 	gap, wait time.Duration
-	// ka is the Keep-Alive hint of the response, set by the reader before
-	// it reports the headers.
-	ka keepAliveHint
+	// ka is the Keep-Alive hint of the response, if it had one, set by the
+	// reader before it reports the headers.
+	ka *keepAliveHint
 
 	// Guarded by pconn.mu.
 	headersRead bool // final response headers parsed

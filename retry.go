@@ -93,14 +93,14 @@ func (p *hostPool) roundTrip(req *http.Request) (*http.Response, error) {
 	}
 	o := p.t.opts.Observer
 	if o != nil {
-		r.start, r.host, r.addr = time.Now(), p.name, p.key.addr
+		r.obs = &requestObs{start: time.Now(), host: p.name, addr: p.key.addr}
 	}
 	resp, err := p.roundTripAttempts(r)
 	if err != nil && !r.bodyUsed {
 		closeBody(req)
 	}
-	if o != nil && o.RequestDone != nil && r.last != nil {
-		ev := requestEvent(r.last, time.Now())
+	if o != nil && o.RequestDone != nil && r.obs.last != nil {
+		ev := requestEvent(r.obs.last, time.Now())
 		ev.Err = err
 		if resp != nil {
 			ev.Status = resp.StatusCode
@@ -116,7 +116,8 @@ func (p *hostPool) roundTripAttempts(r *request) (*http.Response, error) {
 	alone := false
 	moves, retries := 0, 0
 	o := p.t.opts.Observer
-	n, cause := 0, ResendNone
+	var n int32
+	cause := ResendNone
 	for {
 		if err := r.ctx.Err(); err != nil {
 			return nil, context.Cause(r.ctx)
@@ -125,10 +126,10 @@ func (p *hostPool) roundTripAttempts(r *request) (*http.Response, error) {
 		n++
 		a.n, a.cause = n, cause
 		if o != nil {
-			r.last = a
-			a.queuedAt = time.Now()
+			r.obs.last = a
+			a.queuedAt = monoNow()
 			if o.RequestQueued != nil {
-				o.RequestQueued(requestEvent(a, a.queuedAt))
+				o.RequestQueued(requestEvent(a, time.Now()))
 			}
 		}
 		c, err := p.acquire(a)
