@@ -171,7 +171,6 @@ const (
 	// body, or closed the connection, and was moved to another
 	// connection.
 	ResendHeadOfLine
-
 )
 
 // String returns the cause in snake case, for metric attributes and logs:
