@@ -5,6 +5,7 @@ import (
 	"net/http/httptrace"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -56,6 +57,9 @@ type hostPool struct {
 	// kaRetired counts the connections retired before the end their
 	// server announced in Keep-Alive (keepalive.go), for Stats.
 	kaRetired int
+
+	h2      atomic.Pointer[h2Host] // h2 glue: set once a dial negotiated HTTP/2; requests go there
+	learned bool                   // h2 glue: a dial succeeded, so the host's protocol is known
 }
 
 // sched is a connection's schedulable state. It belongs to the
@@ -136,6 +140,10 @@ func (p *hostPool) startDialLocked(reqCtx context.Context) {
 		conn, state, err := t.dial(ctx, p.key)
 		stop()
 		cancel()
+		if err == nil && t.isH2(p.key, state) { // h2 glue
+			p.h2Dialed(d, conn, state)
+			return
+		}
 		var c *pconn
 		if err == nil {
 			c = newPconn(t, p, conn, state)
@@ -172,6 +180,7 @@ func (p *hostPool) startDialLocked(reqCtx context.Context) {
 			return
 		}
 		p.conns = append(p.conns, c)
+		p.learned = true // h2 glue
 		p.startIdleTimerLocked(c)
 		t.wg.Add(1)
 		go c.readLoop()

@@ -203,6 +203,22 @@ type TransportOptions struct {
 	// hosts; when a connection becoming idle exceeds it, the connection idle
 	// for the longest time is closed. Zero means no limit.
 	MaxIdleConns int
+
+	// Protocols is the set of protocols the Transport uses, with
+	// net/http's meaning: nil means HTTP/1 and HTTP/2, an empty set
+	// HTTP/1. With HTTP2, https targets (directly or through a CONNECT or
+	// SOCKS5 tunnel) are offered "h2" in ALPN, and a host that chooses it
+	// is served over multiplexed HTTP/2 connections (see docs/design.md);
+	// with HTTP2 and not HTTP1, only "h2" is offered. UnencryptedHTTP2
+	// without HTTP1 speaks prior-knowledge HTTP/2 to http:// targets that
+	// are not behind an HTTP proxy. Requests that need HTTP/1.1 (CONNECT,
+	// Upgrade) always get it. DisableKeepAlives turns HTTP/2 off.
+	// OptionsFrom sets it to the protocols an http.Transport would use.
+	Protocols *http.Protocols
+
+	// HTTP2 configures HTTP/2 connections, as in net/http. Nil means
+	// net/http's defaults.
+	HTTP2 *http.HTTP2Config
 }
 
 // Transport is an [http.RoundTripper] that pipelines HTTP/1.1 requests over
@@ -226,6 +242,8 @@ type Transport struct {
 	mu     sync.RWMutex // guards pools and closed
 	pools  map[poolKey]*hostPool
 	closed bool
+
+	h2 h2Config // HTTP/2 settings, fixed by init (h2.go)
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -270,6 +288,7 @@ func (t *Transport) init() {
 		t.opts.WriteBufferSize = defaultBufferSize
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
+	t.h2.init(&t.opts) // h2 glue
 }
 
 // RoundTrip implements [http.RoundTripper]. It never modifies req and always
@@ -329,6 +348,9 @@ func (t *Transport) removeIfEmpty(p *hostPool) {
 	if p.closed || p.gone || len(p.conns) > 0 || p.dialing > 0 || len(p.waiters) > 0 || p.learnedLocked() {
 		return
 	}
+	if p.h2.Load() != nil { // h2 glue: the pool holds the host's HTTP/2 side
+		return
+	}
 	p.gone = true
 	if t.pools[p.key] == p {
 		delete(t.pools, p.key)
@@ -341,6 +363,9 @@ func (t *Transport) CloseIdleConnections() {
 	t.initOnce.Do(t.init)
 	for _, p := range t.poolList() {
 		p.closeIdle()
+		if h := p.h2.Load(); h != nil { // h2 glue
+			h.closeIdle()
+		}
 	}
 }
 
@@ -356,6 +381,9 @@ func (t *Transport) Close() error {
 	t.cancel()
 	for _, p := range t.poolList() {
 		p.close()
+		if h := p.h2.Load(); h != nil { // h2 glue
+			h.close()
+		}
 	}
 	t.wg.Wait()
 	return nil
@@ -390,6 +418,17 @@ type HostStats struct {
 	// connections repeatedly failed with pipelined requests outstanding
 	// (see docs/reliability.md).
 	PipelineDepth int
+
+	// Protocol is "HTTP/2.0" once the host negotiated HTTP/2 (its
+	// requests then go over HTTP/2), else "HTTP/1.1". Over HTTP/2, Open,
+	// Dialing, Idle, InFlight and Queued count the HTTP/2 connections and
+	// requests as well.
+	Protocol string
+
+	// Streams is the number of HTTP/2 streams in use (requests in flight
+	// or about to be sent on the host's HTTP/2 connections); 0 over
+	// HTTP/1.1.
+	Streams int
 }
 
 // Stats returns a snapshot of every host's pool, keyed by
@@ -400,7 +439,9 @@ func (t *Transport) Stats() map[string]HostStats {
 	ps := t.poolList()
 	m := make(map[string]HostStats, len(ps))
 	for _, p := range ps {
-		m[p.key.String()] = p.stats()
+		s := p.stats()
+		h2Stats(p.h2.Load(), &s) // h2 glue
+		m[p.key.String()] = s
 	}
 	return m
 }
