@@ -178,6 +178,15 @@ func (t *Transport) privateTransport() *http.Transport {
 // streams; a new connection only when no stream is free, one dial at a
 // time, within MaxConnsPerHost; otherwise the request waits, cancellable,
 // for a connection's state hook or a dial to change something.
+//
+// Streams are not reserved (ClientConn.Reserve): until a new connection
+// has the server's SETTINGS it assumes 100 streams, and if the server then
+// allows fewer than are reserved, the request holding the connection's
+// header lock waits for a slot that only the requests queued behind that
+// lock could free (awaitOpenSlotForStreamLocked counts their reservations:
+// a deadlock, Go 1.26). Without reservations a request that finds a free
+// stream and loses it to another waits inside RoundTrip for the next one,
+// as with net/http's StrictMaxConcurrentRequests.
 type h2Host struct {
 	t    *Transport
 	key  poolKey
@@ -193,7 +202,8 @@ type h2Host struct {
 	dialing int
 	dials   map[*h2Dial]struct{}
 	queued  int           // requests waiting for a stream
-	changed chan struct{} // closed and replaced when a stream may have come free
+	gen     uint64        // counts the changes that may free a stream
+	changed chan struct{} // closed and replaced on a change if queued > 0
 	closed  bool
 }
 
@@ -203,6 +213,7 @@ type h2Conn struct {
 	conn net.Conn // for httptrace.GotConnInfo
 
 	// Guarded by h2Host.mu.
+	claims    int       // requests that chose it and are in RoundTrip
 	used      bool      // has carried a request
 	busy      bool      // streams in flight as last seen
 	closing   bool      // being closed by closeIdle: takes nothing new
@@ -221,10 +232,14 @@ func newH2Host(t *Transport, key poolKey, dial func(ctx context.Context) (net.Co
 	return &h2Host{t: t, key: key, dial: dial, changed: make(chan struct{}), dials: make(map[*h2Dial]struct{})}
 }
 
-// broadcastLocked wakes every request waiting for a stream.
+// broadcastLocked records a change and wakes every request waiting for a
+// stream.
 func (h *h2Host) broadcastLocked() {
-	close(h.changed)
-	h.changed = make(chan struct{})
+	h.gen++
+	if h.queued > 0 {
+		close(h.changed)
+		h.changed = make(chan struct{})
+	}
 }
 
 // adopt takes a connection the HTTP/1 pool dialed and found to be HTTP/2
@@ -310,9 +325,10 @@ var errNoStream = errors.New("pipelined: no HTTP/2 stream available")
 // without leaving it a stream (a server that allows none) may start another.
 const h2MaxDials = 4
 
-// acquire reserves a stream for a request with context ctx. dials counts
-// the dials the request started. It returns the connection and the
-// httptrace GotConnInfo of the choice.
+// acquire chooses a connection with a free stream for a request with
+// context ctx, and claims it (see release). dials counts the dials the
+// request started. It returns the connection and the httptrace
+// GotConnInfo of the choice.
 func (h *h2Host) acquire(ctx context.Context, dials *int) (*h2Conn, httptrace.GotConnInfo, error) {
 	var buf [8]*h2Conn
 	var dialRes chan error // the result of the dial this request started
@@ -322,7 +338,7 @@ func (h *h2Host) acquire(ctx context.Context, dials *int) (*h2Conn, httptrace.Go
 			h.mu.Unlock()
 			return nil, httptrace.GotConnInfo{}, ErrTransportClosed
 		}
-		changed := h.changed
+		gen := h.gen
 		conns := buf[:0]
 		for _, c := range h.conns {
 			if !c.closing {
@@ -346,19 +362,16 @@ func (h *h2Host) acquire(ctx context.Context, dials *int) (*h2Conn, httptrace.Go
 		}
 		clear(buf[:])
 		if best != nil {
-			if best.cc.Reserve() != nil {
-				continue // taken or closed meanwhile: look again
-			}
 			h.mu.Lock()
 			if best.closing || h.closed {
 				h.mu.Unlock()
-				best.cc.Release()
 				continue
 			}
-			info := httptrace.GotConnInfo{Conn: best.conn, Reused: best.used, WasIdle: best.used && bestIdle && !best.busy}
-			if info.WasIdle {
+			info := httptrace.GotConnInfo{Conn: best.conn, Reused: best.used, WasIdle: best.used && bestIdle}
+			if info.WasIdle && !best.busy { // else its hook has not run yet
 				info.IdleTime = time.Since(best.idleSince)
 			}
+			best.claims++
 			best.used, best.busy = true, true
 			h.mu.Unlock()
 			return best, info, nil
@@ -366,7 +379,7 @@ func (h *h2Host) acquire(ctx context.Context, dials *int) (*h2Conn, httptrace.Go
 
 		// No stream is free.
 		h.mu.Lock()
-		if h.changed != changed {
+		if h.gen != gen {
 			h.mu.Unlock()
 			continue // something changed since the look
 		}
@@ -379,6 +392,7 @@ func (h *h2Host) acquire(ctx context.Context, dials *int) (*h2Conn, httptrace.Go
 			dialRes = h.startDialLocked(ctx)
 		}
 		h.queued++
+		changed := h.changed
 		h.mu.Unlock()
 		var err error
 		select {
@@ -478,7 +492,10 @@ func (h *h2Host) do(req *http.Request, gotConnFired bool) (*http.Response, error
 		if trace != nil && trace.GotConn != nil {
 			trace.GotConn(info)
 		}
-		resp, err := c.cc.RoundTrip(cur) // consumes the reservation and the body
+		resp, err := c.cc.RoundTrip(cur) // consumes the body
+		h.mu.Lock()
+		c.claims--
+		h.mu.Unlock()
 		if err == nil {
 			resp.Request = req
 			return resp, nil
@@ -603,8 +620,8 @@ func (h *h2Host) closeIdle() {
 	}
 	var cand []*h2Conn
 	for _, c := range h.conns {
-		if !c.closing {
-			c.closing = true // acquire releases a stream it reserves now
+		if !c.closing && c.claims == 0 {
+			c.closing = true // acquire no longer chooses it
 			cand = append(cand, c)
 		}
 	}
