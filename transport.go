@@ -135,15 +135,17 @@ type TransportOptions struct {
 	// the TLS handshake: TLSClientConfig and TLSHandshakeTimeout are then
 	// ignored. If it returns a *tls.Conn whose handshake has not completed,
 	// the handshake is run (with the httptrace TLS hooks); its connection
-	// state becomes resp.TLS. A connection on which TLS negotiated a
-	// protocol other than "http/1.1" is refused.
+	// state becomes resp.TLS. A target connection on which TLS negotiated
+	// "h2" is served over HTTP/2 if Protocols allows it; one that
+	// negotiated another protocol than "http/1.1" is refused.
 	DialTLSContext func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	// TLSClientConfig is the TLS configuration for https targets and https
 	// proxies. It is cloned for each connection and never modified; in the
 	// clone, an empty ServerName becomes the host being dialed (without
-	// port), and NextProtos is set to ["http/1.1"]: this Transport speaks
-	// HTTP/1.1 only. Nil means the zero tls.Config.
+	// port), and NextProtos is set by the Transport: ["h2", "http/1.1"]
+	// for https targets unless Protocols leaves HTTP/2 out, ["http/1.1"]
+	// for proxies (see Protocols). Nil means the zero tls.Config.
 	TLSClientConfig *tls.Config
 
 	// TLSHandshakeTimeout, if non-zero, limits the time spent on a TLS
@@ -222,7 +224,9 @@ type TransportOptions struct {
 }
 
 // Transport is an [http.RoundTripper] that pipelines HTTP/1.1 requests over
-// a bounded set of connections per host. It is safe for concurrent use.
+// a bounded set of connections per host, and multiplexes them over HTTP/2
+// where an https server negotiates it (see TransportOptions.Protocols). It
+// is safe for concurrent use.
 //
 // The zero value is a Transport with the default options, like
 // NewTransport(TransportOptions{}).
