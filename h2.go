@@ -242,14 +242,28 @@ func (h *h2Host) broadcastLocked() {
 	}
 }
 
+// beginAdopt counts a connection about to be adopted as a dial in
+// progress, so that requests arriving meanwhile wait for it instead of
+// dialing; adopt ends it.
+func (h *h2Host) beginAdopt() {
+	h.mu.Lock()
+	h.dialing++
+	h.mu.Unlock()
+}
+
 // adopt takes a connection the HTTP/1 pool dialed and found to be HTTP/2
-// (state is nil for h2c). It closes conn on failure.
+// (state is nil for h2c), announced by beginAdopt. It closes conn on
+// failure.
 func (h *h2Host) adopt(conn net.Conn, state *tls.ConnectionState) error {
 	c, err := h.newConn(conn)
-	if err != nil {
-		return err
+	if err == nil {
+		err = h.add(c)
 	}
-	return h.add(c)
+	h.mu.Lock()
+	h.dialing--
+	h.broadcastLocked()
+	h.mu.Unlock()
+	return err
 }
 
 // newConn makes an HTTP/2 ClientConn of conn. It closes conn on failure.
@@ -711,6 +725,7 @@ func (p *hostPool) h2Dialed(d *dialHandle, conn net.Conn, state *tls.ConnectionS
 		return
 	}
 	h := p.h2HostLocked()
+	h.beginAdopt() // requests that find p.h2 set wait for this connection
 	p.mu.Unlock()
 	// Before the waiters move, so that they find it rather than dial.
 	h.adopt(conn, state) // on failure, the waiters dial over there

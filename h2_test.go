@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -592,4 +593,42 @@ func TestH2CloseAndCloseIdle(t *testing.T) {
 		t.Errorf("RoundTrip after Close = %v", err)
 	}
 	leaks()
+}
+
+// Through a CONNECT tunnel TLS is end to end: an h2 origin is served over
+// HTTP/2 behind http and https proxies, and the proxy hears HTTP/1.1 only.
+func TestH2ThroughConnectProxy(t *testing.T) {
+	for _, proxyTLS := range []bool{false, true} {
+		t.Run(fmt.Sprintf("https proxy %v", proxyTLS), func(t *testing.T) {
+			srv, accepted := h2TestServer(t, h2Prefer, protoHandler(), nil)
+			p := newHTTPProxy(t, proxyTLS, "")
+			pu, _ := url.Parse(p.URL)
+			tr := parTransport(t, TransportOptions{Proxy: http.ProxyURL(pu), TLSClientConfig: tlsRoots(srv)})
+			var wg sync.WaitGroup
+			for range 10 {
+				wg.Go(func() {
+					req, _ := http.NewRequestWithContext(parCtx(t), "GET", srv.URL, nil)
+					resp, err := tr.RoundTrip(req)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if resp.Proto != "HTTP/2.0" || string(b) != "HTTP/2.0" {
+						t.Errorf("served over %s (server saw %q)", resp.Proto, b)
+					}
+				})
+			}
+			wg.Wait()
+			if a, c := accepted.Load(), p.conns.Load(); a != 1 || c != 1 {
+				t.Errorf("origin accepted %d connections, proxy %d; want 1", a, c)
+			}
+			for k, s := range tr.Stats() {
+				if !strings.Contains(k, " via ") || s.Protocol != "HTTP/2.0" {
+					t.Errorf("Stats()[%s] = %+v", k, s)
+				}
+			}
+		})
+	}
 }
