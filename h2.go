@@ -300,24 +300,21 @@ func (h *h2Host) add(c *h2Conn) error {
 // called by any goroutine, so it takes no lock but mu and calls no user
 // code.
 func (h *h2Host) stateChanged(c *h2Conn) {
-	err := c.cc.Err()
-	inflight := c.cc.InFlight()
-	// Nothing in flight and no stream free: GOAWAY received (RFC 9113
-	// §6.8) or the server allows no stream. Nothing will come free.
-	drop := err != nil || (inflight == 0 && c.cc.Available() == 0)
+	// Err, InFlight and Available are read one at a time, so no
+	// combination of them is a snapshot: only Err decides. A connection
+	// that received GOAWAY (RFC 9113 §6.8) has no free stream, so takes
+	// nothing new, and closes itself when its last stream ends.
+	dead := c.cc.Err() != nil
+	idle := !dead && c.cc.InFlight() == 0
 	h.mu.Lock()
-	removed := false
-	if drop {
-		removed = h.removeLocked(c)
-	} else if inflight == 0 && c.busy {
+	if dead {
+		h.removeLocked(c)
+	} else if idle && c.busy {
 		c.busy = false
 		c.idleSince = time.Now()
 	}
 	h.broadcastLocked()
 	h.mu.Unlock()
-	if removed && err == nil {
-		c.cc.Close() // the hook is running: Close does not call it again
-	}
 }
 
 func (h *h2Host) removeLocked(c *h2Conn) bool {
