@@ -154,11 +154,12 @@ func (t *Transport) privateTransport() *http.Transport {
 			Protocols:              &p,
 			DisableCompression:     t.opts.DisableCompression,
 			MaxResponseHeaderBytes: t.opts.MaxResponseHeaderBytes,
-			IdleConnTimeout:        t.opts.IdleConnTimeout,
-			ResponseHeaderTimeout:  t.opts.ResponseHeaderTimeout,
-			ExpectContinueTimeout:  t.opts.ExpectContinueTimeout,
-			ReadBufferSize:         t.opts.ReadBufferSize,
-			WriteBufferSize:        t.opts.WriteBufferSize,
+			// Negative durations mean "none" here, zero in net/http.
+			IdleConnTimeout:       max(t.opts.IdleConnTimeout, 0),
+			ResponseHeaderTimeout: max(t.opts.ResponseHeaderTimeout, 0),
+			ExpectContinueTimeout: max(t.opts.ExpectContinueTimeout, 0),
+			ReadBufferSize:        t.opts.ReadBufferSize,
+			WriteBufferSize:       t.opts.WriteBufferSize,
 		}
 		if t.opts.HTTP2 != nil {
 			c := *t.opts.HTTP2
