@@ -568,6 +568,9 @@ func (p *hostPool) holdsDialLocked(a *attempt) bool {
 // per-connection budget, recent pipeline failures or a depth fallback, or
 // a verdict on pipelining. Such a pool is not forgotten when it empties.
 func (p *hostPool) learnedLocked() bool {
+	if p.h2.Load() != nil { // h2 glue: the host speaks HTTP/2; the pool holds its h2Host
+		return true
+	}
 	if p.budget > 0 || p.quietClose > 0 || len(p.pipeFailures) > 0 || p.serial > 0 {
 		return true
 	}

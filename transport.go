@@ -352,9 +352,6 @@ func (t *Transport) removeIfEmpty(p *hostPool) {
 	if p.closed || p.gone || len(p.conns) > 0 || p.dialing > 0 || len(p.waiters) > 0 || p.learnedLocked() {
 		return
 	}
-	if p.h2.Load() != nil { // h2 glue: the pool holds the host's HTTP/2 side
-		return
-	}
 	p.gone = true
 	if t.pools[p.key] == p {
 		delete(t.pools, p.key)
