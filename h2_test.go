@@ -627,3 +627,62 @@ func TestH2ThroughConnectProxy(t *testing.T) {
 		})
 	}
 }
+
+// OptionsFrom carries net/http's protocol choice: for each configuration,
+// net/http and a Transport made with OptionsFrom speak the same protocol to
+// a server that prefers HTTP/2, and OptionsFrom gives the same answer
+// before and after net/http has used the configuration (its first use
+// fills in TLSNextProto and TLSClientConfig).
+func TestH2OptionsFromMatchesNetHTTP(t *testing.T) {
+	srv, _ := h2TestServer(t, h2Prefer, protoHandler(), nil)
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}
+	cases := []struct {
+		name  string
+		proto string // what net/http speaks
+		make  func() *http.Transport
+	}{
+		{"TLSClientConfig", "HTTP/1.1", func() *http.Transport { return &http.Transport{TLSClientConfig: tlsRoots(srv)} }},
+		{"TLSClientConfig, ForceAttemptHTTP2", "HTTP/2.0", func() *http.Transport {
+			return &http.Transport{TLSClientConfig: tlsRoots(srv), ForceAttemptHTTP2: true}
+		}},
+		{"DialContext, ForceAttemptHTTP2", "HTTP/2.0", func() *http.Transport {
+			return &http.Transport{TLSClientConfig: tlsRoots(srv), DialContext: dial, ForceAttemptHTTP2: true}
+		}},
+		{"ForceAttemptHTTP2, empty TLSNextProto", "HTTP/1.1", func() *http.Transport {
+			return &http.Transport{TLSClientConfig: tlsRoots(srv), ForceAttemptHTTP2: true,
+				TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{}}
+		}},
+		{"Protocols HTTP1+HTTP2", "HTTP/2.0", func() *http.Transport {
+			return &http.Transport{TLSClientConfig: tlsRoots(srv), Protocols: protocols(true, true, false)}
+		}},
+		{"Protocols HTTP1", "HTTP/1.1", func() *http.Transport {
+			return &http.Transport{TLSClientConfig: tlsRoots(srv), ForceAttemptHTTP2: true, Protocols: protocols(true, false, false)}
+		}},
+		{"DefaultTransport clone", "HTTP/2.0", func() *http.Transport {
+			ht := http.DefaultTransport.(*http.Transport).Clone()
+			ht.TLSClientConfig = tlsRoots(srv)
+			return ht
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			std := tc.make()
+			defer std.CloseIdleConnections()
+			before := OptionsFrom(std)
+			want, _ := h2Get(t, std, srv.URL, nil)
+			if want.Proto != tc.proto {
+				t.Fatalf("net/http spoke %s, want %s", want.Proto, tc.proto)
+			}
+			after := OptionsFrom(std)
+			for i, o := range []TransportOptions{before, after} {
+				got, _ := h2Get(t, newTestTransport(t, o), srv.URL, nil)
+				if got.Proto != want.Proto {
+					t.Errorf("OptionsFrom (%s net/http's first use): %s, net/http: %s", []string{"before", "after"}[i], got.Proto, want.Proto)
+				}
+			}
+		})
+	}
+}
