@@ -686,3 +686,34 @@ func TestH2OptionsFromMatchesNetHTTP(t *testing.T) {
 		})
 	}
 }
+
+// A request queued in the HTTP/1 pool and redirected to HTTP/2 still gets
+// its RequestDone: the Observer's queued and done counts stay balanced.
+// (The HTTP/2 side itself reports no Observer events yet.)
+func TestH2ObserverBalanced(t *testing.T) {
+	srv, _ := h2TestServer(t, h2Prefer, protoHandler(), nil)
+	var queued, done atomic.Int32
+	obs := &Observer{
+		RequestQueued: func(RequestEvent) { queued.Add(1) },
+		RequestDone:   func(RequestEvent) { done.Add(1) },
+	}
+	tr := newTestTransport(t, TransportOptions{TLSClientConfig: tlsRoots(srv), Observer: obs})
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Go(func() {
+			req, _ := http.NewRequestWithContext(parCtx(t), "GET", srv.URL, nil)
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		})
+	}
+	wg.Wait()
+	h2Get(t, tr, srv.URL, nil)
+	if q, d := queued.Load(), done.Load(); q != d || q == 0 {
+		t.Errorf("RequestQueued %d times, RequestDone %d times", q, d)
+	}
+}

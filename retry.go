@@ -100,7 +100,8 @@ func (p *hostPool) roundTrip(req *http.Request) (*http.Response, error) {
 	}
 	resp, err := p.roundTripAttempts(r)
 	if u, ok := err.(*useH2); ok { // h2 glue: the host turned out to speak HTTP/2
-		return u.h.redirect(req)
+		resp, err = u.h.redirect(req)
+		r.bodyUsed = true // h2 glue: the HTTP/2 side owns the body (RequestDone still fires)
 	}
 	if err != nil && !r.bodyUsed {
 		closeBody(req)
