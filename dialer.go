@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,12 +31,19 @@ type poolKey struct {
 	proxyAddr   string // host:port of the proxy
 	proxyUser   string // the proxy URL's user info, encoded (url.Userinfo.String), or ""
 	proxyAuth   string // Proxy-Authorization value for HTTP(S) proxies, or ""
+	// onlyH1 marks the pool of an https target for requests that need
+	// HTTP/1.1 (CONNECT and Upgrade: RFC 9113 §8.5, §8.6) when the
+	// Transport would otherwise offer h2: its connections offer only
+	// "http/1.1" in ALPN, as net/http's connectMethodKey.onlyH1.
+	onlyH1 bool
 }
 
 // String returns the pool's name as Stats reports it: "scheme://host:port",
 // followed by " via scheme://proxyhost:port" for proxied pools, or " via
 // scheme://user@proxyhost:port" if the proxy URL has a user name. It never
-// contains a password.
+// contains a password. The pool of an https target kept for requests that
+// need HTTP/1.1 while the Transport offers h2 (CONNECT, Upgrade) ends with
+// " (HTTP/1.1 only)".
 func (k poolKey) String() string {
 	s := k.scheme + "://" + k.addr
 	if k.proxyScheme != "" {
@@ -44,6 +52,9 @@ func (k poolKey) String() string {
 			s += k.proxyURL().User.Username() + "@"
 		}
 		s += k.proxyAddr
+	}
+	if k.onlyH1 {
+		s += " (HTTP/1.1 only)"
 	}
 	return s
 }
@@ -87,6 +98,7 @@ func (t *Transport) keyFor(req *http.Request) (poolKey, error) {
 		return poolKey{}, err
 	}
 	key := poolKey{scheme: req.URL.Scheme, addr: addr}
+	key.onlyH1 = key.scheme == "https" && t.h2.tls && requiresHTTP1(req)
 	if t.opts.Proxy == nil {
 		return key, nil
 	}
@@ -215,7 +227,7 @@ func (e *ProxyConnectError) Error() string {
 func (t *Transport) dial(ctx context.Context, key poolKey) (net.Conn, *tls.ConnectionState, error) {
 	if key.proxyScheme == "" {
 		if key.scheme == "https" && t.opts.DialTLSContext != nil {
-			return t.dialTLSHook(ctx, key.addr)
+			return t.dialTLSHook(ctx, key.addr, t.offersH2(key))
 		}
 		conn, err := t.dialTCP(ctx, key.addr)
 		if err != nil {
@@ -224,7 +236,7 @@ func (t *Transport) dial(ctx context.Context, key poolKey) (net.Conn, *tls.Conne
 		if key.scheme != "https" {
 			return conn, nil, nil
 		}
-		return t.addTLS(ctx, conn, hostOf(key.addr))
+		return t.addTLS(ctx, conn, hostOf(key.addr), t.alpn(key))
 	}
 
 	var conn net.Conn
@@ -250,7 +262,8 @@ func (t *Transport) dial(ctx context.Context, key poolKey) (net.Conn, *tls.Conne
 	if key.scheme != "https" {
 		return conn, nil, nil
 	}
-	return t.addTLS(ctx, conn, hostOf(key.addr))
+	// The TLS inside a tunnel is end to end: h2 may be offered.
+	return t.addTLS(ctx, conn, hostOf(key.addr), t.alpn(key))
 }
 
 // proxyConnectError wraps an error in reaching a proxy as net/http does
@@ -264,7 +277,7 @@ func proxyConnectError(err error) error {
 // hop). Errors are wrapped as "proxyconnect".
 func (t *Transport) dialHTTPProxy(ctx context.Context, key poolKey) (net.Conn, *tls.ConnectionState, error) {
 	if key.proxyScheme == "https" && t.opts.DialTLSContext != nil {
-		conn, state, err := t.dialTLSHook(ctx, key.proxyAddr)
+		conn, state, err := t.dialTLSHook(ctx, key.proxyAddr, false)
 		if err != nil {
 			return nil, nil, proxyConnectError(err)
 		}
@@ -277,7 +290,9 @@ func (t *Transport) dialHTTPProxy(ctx context.Context, key poolKey) (net.Conn, *
 	if key.proxyScheme != "https" {
 		return conn, nil, nil
 	}
-	conn, state, err := t.addTLS(ctx, conn, hostOf(key.proxyAddr))
+	// Proxies are spoken to in HTTP/1.1 (requests in absolute form, or
+	// CONNECT), never offered h2.
+	conn, state, err := t.addTLS(ctx, conn, hostOf(key.proxyAddr), alpnHTTP1)
 	if err != nil {
 		return nil, nil, proxyConnectError(err)
 	}
@@ -299,8 +314,9 @@ func (t *Transport) dialTCP(ctx context.Context, addr string) (net.Conn, error) 
 
 // dialTLSHook dials addr with DialTLSContext and, if it returns a *tls.Conn
 // that has not completed its handshake, performs it (as net/http does).
-// TLSClientConfig and TLSHandshakeTimeout do not apply.
-func (t *Transport) dialTLSHook(ctx context.Context, addr string) (net.Conn, *tls.ConnectionState, error) {
+// TLSClientConfig and TLSHandshakeTimeout do not apply. A negotiated "h2"
+// is accepted only if allowH2.
+func (t *Transport) dialTLSHook(ctx context.Context, addr string, allowH2 bool) (net.Conn, *tls.ConnectionState, error) {
 	conn, err := t.opts.DialTLSContext(ctx, "tcp", addr)
 	if err == nil && conn == nil {
 		err = errors.New("pipelined: DialTLSContext returned (nil, nil)")
@@ -319,7 +335,7 @@ func (t *Transport) dialTLSHook(ctx context.Context, addr string) (net.Conn, *tl
 		}
 	}
 	st := tc.ConnectionState()
-	if err := checkALPN(&st); err != nil {
+	if err := checkALPN(&st, allowH2); err != nil {
 		conn.Close()
 		return nil, nil, err
 	}
@@ -327,9 +343,9 @@ func (t *Transport) dialTLSHook(ctx context.Context, addr string) (net.Conn, *tl
 }
 
 // addTLS runs a TLS client handshake over conn for serverName, with a clone
-// of TLSClientConfig (never modified) limited to HTTP/1.1, under
-// TLSHandshakeTimeout. It closes conn on failure.
-func (t *Transport) addTLS(ctx context.Context, conn net.Conn, serverName string) (net.Conn, *tls.ConnectionState, error) {
+// of TLSClientConfig (never modified) whose ALPN offer is protos (RFC 7301),
+// under TLSHandshakeTimeout. It closes conn on failure.
+func (t *Transport) addTLS(ctx context.Context, conn net.Conn, serverName string, protos []string) (net.Conn, *tls.ConnectionState, error) {
 	var cfg *tls.Config
 	if t.opts.TLSClientConfig != nil {
 		cfg = t.opts.TLSClientConfig.Clone()
@@ -339,8 +355,9 @@ func (t *Transport) addTLS(ctx context.Context, conn net.Conn, serverName string
 	if cfg.ServerName == "" {
 		cfg.ServerName = serverName
 	}
-	// We speak HTTP/1.1 only: never let ALPN pick h2.
-	cfg.NextProtos = []string{"http/1.1"}
+	// The offer is ours, whatever the caller's config says: "h2" only
+	// where this Transport serves it (see alpn).
+	cfg.NextProtos = protos
 	tc := tls.Client(conn, cfg)
 
 	hctx := ctx
@@ -358,7 +375,7 @@ func (t *Transport) addTLS(ctx context.Context, conn net.Conn, serverName string
 		return nil, nil, err
 	}
 	st := tc.ConnectionState()
-	if err := checkALPN(&st); err != nil {
+	if err := checkALPN(&st, slices.Contains(protos, "h2")); err != nil {
 		conn.Close()
 		return nil, nil, err
 	}
@@ -388,9 +405,15 @@ func handshake(ctx context.Context, tc *tls.Conn) error {
 }
 
 // checkALPN rejects a connection on which TLS negotiated a protocol other
-// than HTTP/1.1 (possible only with DialTLSContext).
-func checkALPN(st *tls.ConnectionState) error {
-	if p := st.NegotiatedProtocol; p != "" && p != "http/1.1" {
+// than HTTP/1.1, or "h2" if allowH2 (another protocol is possible only with
+// DialTLSContext, or from a server that ignores RFC 7301 §3.2).
+func checkALPN(st *tls.ConnectionState, allowH2 bool) error {
+	switch p := st.NegotiatedProtocol; {
+	case p == "" || p == "http/1.1":
+	case p == "h2" && allowH2:
+	case allowH2:
+		return fmt.Errorf("pipelined: TLS negotiated protocol %q; only HTTP/1.1 and HTTP/2 are supported", p)
+	default:
 		return fmt.Errorf("pipelined: TLS negotiated protocol %q; only HTTP/1.1 is supported", p)
 	}
 	return nil

@@ -662,13 +662,16 @@ func TestDialCarriesTrace(t *testing.T) {
 }
 
 // A connection on which TLS negotiated h2 (possible only through
-// DialTLSContext) is refused: this transport speaks HTTP/1.1 only.
+// DialTLSContext) is refused when HTTP/2 is off.
 func TestDialTLSContextRefusesH2(t *testing.T) {
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	srv.EnableHTTP2 = true
 	srv.StartTLS()
 	defer srv.Close()
+	var h1 http.Protocols
+	h1.SetHTTP1(true)
 	tr := NewTransport(TransportOptions{
+		Protocols: &h1,
 		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			cfg := tlsRoots(srv)
 			cfg.NextProtos = []string{"h2"}

@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -347,8 +348,8 @@ func (dc diffCase) roundTrip(t *testing.T, rt http.RoundTripper, base string) ob
 	o.TransferEncoding = resp.TransferEncoding
 	o.RequestIsOrig = resp.Request == req
 	if resp.TLS != nil {
-		// Not the ALPN protocol: we always offer "http/1.1" (to refuse h2),
-		// net/http with a custom TLSClientConfig offers nothing.
+		// Not the ALPN protocol: over HTTP/1.1 we offer "h2" and
+		// "http/1.1", net/http with a custom TLSClientConfig nothing.
 		o.TLS = fmt.Sprintf("%x %x", resp.TLS.Version, resp.TLS.CipherSuite)
 	}
 	if dc.client && resp.Request != nil {
@@ -471,6 +472,47 @@ func TestDifferentialTLS(t *testing.T) {
 			}
 			if d := cmp.Diff(want, got); d != "" {
 				t.Errorf("%s %s over TLS: response differs from net/http's (-net/http +pipelined):\n%s", dc.method, dc.path, d)
+			}
+		})
+	}
+}
+
+// TestDifferentialH2 runs the cases against a server that prefers HTTP/2:
+// net/http (HTTP/2 forced on despite its custom TLS config) and ours (HTTP/2
+// by default) must both speak h2 and agree.
+func TestDifferentialH2(t *testing.T) {
+	srv := httptest.NewUnstartedServer(diffHandler())
+	srv.EnableHTTP2 = true
+	srv.TLS = &tls.Config{NextProtos: []string{"h2", "http/1.1"}}
+	srv.StartTLS()
+	defer srv.Close()
+	cfg := srv.Client().Transport.(*http.Transport).TLSClientConfig
+	std := &http.Transport{TLSClientConfig: cfg.Clone(), ForceAttemptHTTP2: true, ExpectContinueTimeout: 30 * time.Second}
+	defer std.CloseIdleConnections()
+	ours := NewTransport(TransportOptions{TLSClientConfig: cfg.Clone(), ExpectContinueTimeout: 30 * time.Second})
+	defer ours.Close()
+	for _, dc := range diffCases() {
+		if dc.path == "/raw-http10" || dc.path == "/hangup" {
+			continue // hijacked: not possible over HTTP/2
+		}
+		if dc.name == "bad method" {
+			// net/http checks the method only after handing the request
+			// to HTTP/2 (transport.go, roundTrip), which sends "GE T";
+			// we refuse it over both protocols.
+			continue
+		}
+		t.Run(dc.name, func(t *testing.T) {
+			want := dc.roundTrip(t, std, srv.URL)
+			got := dc.roundTrip(t, ours, srv.URL)
+			if want.Err == "" && want.Proto != "HTTP/2.0" {
+				t.Fatalf("net/http spoke %s", want.Proto)
+			}
+			// net/http over HTTP/2 returns a copy of a request with a
+			// body as resp.Request; we return the caller's, as both do
+			// over HTTP/1.1.
+			want.RequestIsOrig, got.RequestIsOrig = false, false
+			if d := cmp.Diff(want, got); d != "" {
+				t.Errorf("%s %s over HTTP/2: response differs from net/http's (-net/http +pipelined):\n%s", dc.method, dc.path, d)
 			}
 		})
 	}

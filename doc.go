@@ -1,8 +1,8 @@
 // Package pipelined implements an [net/http.RoundTripper] that keeps a small
-// set of pipelined HTTP/1.1 connections per host.
+// set of pipelined HTTP/1.1 connections per host, and uses HTTP/2 (the
+// standard library's) where an https server negotiates it.
 //
-// A Transport is a drop-in replacement for [net/http.Transport] for HTTP/1.1
-// traffic:
+// A Transport is a drop-in replacement for [net/http.Transport]:
 //
 //	client := &http.Client{Transport: pipelined.NewTransport(pipelined.TransportOptions{
 //		MaxConnsPerHost: 8,

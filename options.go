@@ -17,7 +17,15 @@ import (
 // DisableKeepAlives, DisableCompression, MaxIdleConns, MaxIdleConnsPerHost,
 // MaxConnsPerHost, IdleConnTimeout, ResponseHeaderTimeout,
 // ExpectContinueTimeout, ProxyConnectHeader (cloned), GetProxyConnectHeader,
-// MaxResponseHeaderBytes, WriteBufferSize and ReadBufferSize.
+// MaxResponseHeaderBytes, WriteBufferSize, ReadBufferSize and HTTP2 (copied).
+//
+// Protocols is set to the protocols t uses, following net/http: t's
+// Protocols if set; otherwise HTTP/1, plus HTTP/2 unless TLSNextProto is
+// non-nil without an "h2" entry (the documented way to disable HTTP/2), or
+// a custom dialer (Dial, DialContext, DialTLS, DialTLSContext) or
+// TLSClientConfig is set without ForceAttemptHTTP2. So
+// http.DefaultTransport and its clones give HTTP/2 where the server speaks
+// it.
 //
 // MaxConnsPerHost has net/http's meaning (0: no limit); pipelineable
 // requests are pipelined beyond PipelineConnsPerHost connections, which
@@ -26,11 +34,11 @@ import (
 // 0 means every connection is kept idle here (2 in net/http; see
 // TransportOptions.MaxIdleConnsPerHost).
 //
-// Fields without a twin are ignored: this transport speaks HTTP/1.1 only,
-// so ForceAttemptHTTP2, HTTP2, Protocols and TLSNextProto have no effect
-// (servers are offered only "http/1.1" in ALPN), and protocols registered
-// with RegisterProtocol are not carried over. DisableKeepAlives disables
-// pipelining too.
+// ForceAttemptHTTP2 and TLSNextProto have no twin: they are folded into
+// Protocols (an HTTP/2 implementation installed in TLSNextProto is replaced
+// by the standard library's). Protocols registered with RegisterProtocol
+// are not carried over. DisableKeepAlives disables pipelining, and HTTP/2,
+// too.
 func OptionsFrom(t *http.Transport) TransportOptions {
 	o := TransportOptions{
 		Proxy:                  t.Proxy,
@@ -60,6 +68,12 @@ func OptionsFrom(t *http.Transport) TransportOptions {
 	if t.ProxyConnectHeader != nil {
 		o.ProxyConnectHeader = t.ProxyConnectHeader.Clone()
 	}
+	p := protocolsOf(t)
+	o.Protocols = &p
+	if t.HTTP2 != nil {
+		c := *t.HTTP2
+		o.HTTP2 = &c
+	}
 	//lint:ignore SA1019 Dial and DialTLS are deprecated but still honoured by net/http.
 	if dial := t.Dial; o.DialContext == nil && dial != nil {
 		o.DialContext = func(_ context.Context, network, addr string) (net.Conn, error) {
@@ -75,6 +89,30 @@ func OptionsFrom(t *http.Transport) TransportOptions {
 	return o
 }
 
+// protocolsOf returns the protocols t uses, as net/http's
+// Transport.protocols (transport.go) computes them. GODEBUG=http2client=0
+// is applied by NewTransport.
+func protocolsOf(t *http.Transport) http.Protocols {
+	if t.Protocols != nil {
+		return *t.Protocols
+	}
+	var p http.Protocols
+	p.SetHTTP1(true)
+	//lint:ignore SA1019 Dial and DialTLS are deprecated but still count in net/http's choice.
+	customDial := t.Dial != nil || t.DialTLS != nil
+	switch {
+	case t.TLSNextProto != nil:
+		// An empty map is the documented way to disable HTTP/2.
+		p.SetHTTP2(t.TLSNextProto["h2"] != nil)
+	case !t.ForceAttemptHTTP2 && (t.TLSClientConfig != nil || t.DialContext != nil || t.DialTLSContext != nil || customDial):
+		// net/http does not enable HTTP/2 by itself for custom dialers
+		// or TLS configurations (golang/go#14275).
+	default:
+		p.SetHTTP2(true)
+	}
+	return p
+}
+
 // clone returns a deep copy of o: the TLS configuration and the proxy
 // CONNECT header are copied, functions are shared.
 func (o TransportOptions) clone() TransportOptions {
@@ -83,6 +121,14 @@ func (o TransportOptions) clone() TransportOptions {
 	}
 	if o.ProxyConnectHeader != nil {
 		o.ProxyConnectHeader = o.ProxyConnectHeader.Clone()
+	}
+	if o.Protocols != nil {
+		p := *o.Protocols
+		o.Protocols = &p
+	}
+	if o.HTTP2 != nil {
+		c := *o.HTTP2
+		o.HTTP2 = &c
 	}
 	return o
 }

@@ -820,7 +820,8 @@ func TestOptionsFrom(t *testing.T) {
 		}
 	}
 	// Dial and DialTLS are carried through DialContext and DialTLSContext.
-	want := []string{"Dial", "DialTLS", "ForceAttemptHTTP2", "HTTP2", "Protocols", "TLSNextProto"}
+	// ForceAttemptHTTP2 and TLSNextProto are folded into Protocols.
+	want := []string{"Dial", "DialTLS", "ForceAttemptHTTP2", "TLSNextProto"}
 	slices.Sort(noTwin)
 	if d := cmp.Diff(want, noTwin); d != "" {
 		t.Errorf("http.Transport fields without a twin (-documented +actual):\n%s", d)

@@ -5,6 +5,7 @@ import (
 	"net/http/httptrace"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -56,6 +57,9 @@ type hostPool struct {
 	// kaRetired counts the connections retired before the end their
 	// server announced in Keep-Alive (keepalive.go), for Stats.
 	kaRetired int
+
+	h2      atomic.Pointer[h2Host] // h2 glue: set once a dial negotiated HTTP/2; requests go there
+	learned bool                   // h2 glue: a dial succeeded, so the host's protocol is known
 }
 
 // sched is a connection's schedulable state. It belongs to the
@@ -136,6 +140,10 @@ func (p *hostPool) startDialLocked(reqCtx context.Context) {
 		conn, state, err := t.dial(ctx, p.key)
 		stop()
 		cancel()
+		if err == nil && t.isH2(p.key, state) { // h2 glue
+			p.h2Dialed(d, conn, state)
+			return
+		}
 		var c *pconn
 		if err == nil {
 			c = newPconn(t, p, conn, state)
@@ -172,6 +180,7 @@ func (p *hostPool) startDialLocked(reqCtx context.Context) {
 			return
 		}
 		p.conns = append(p.conns, c)
+		p.learned = true // h2 glue
 		p.startIdleTimerLocked(c)
 		t.wg.Add(1)
 		go c.readLoop()
@@ -559,6 +568,9 @@ func (p *hostPool) holdsDialLocked(a *attempt) bool {
 // per-connection budget, recent pipeline failures or a depth fallback, or
 // a verdict on pipelining. Such a pool is not forgotten when it empties.
 func (p *hostPool) learnedLocked() bool {
+	if p.h2.Load() != nil { // h2 glue: the host speaks HTTP/2; the pool holds its h2Host
+		return true
+	}
 	if p.budget > 0 || p.quietClose > 0 || len(p.pipeFailures) > 0 || p.serial > 0 {
 		return true
 	}

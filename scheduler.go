@@ -70,6 +70,10 @@ func (p *hostPool) place(a *attempt) (*pconn, httptrace.GotConnInfo, error) {
 		p.mu.Unlock()
 		return nil, httptrace.GotConnInfo{}, errPoolGone
 	}
+	if h := p.h2.Load(); h != nil { // h2 glue
+		p.mu.Unlock()
+		return nil, httptrace.GotConnInfo{}, &useH2{h}
+	}
 	if len(p.waiters) == 0 {
 		c := p.policy.idle(p.conns, !a.r.replayable)
 		if c == nil && p.pipelineable(a) && !p.canDialLocked(p.holdsDialLocked(a)) {
@@ -118,6 +122,9 @@ func (p *hostPool) pipelineable(a *attempt) bool {
 // open event streams gets a connection of its own, as with net/http.
 func (p *hostPool) canDialLocked(pipelineable bool) bool {
 	if p.closed {
+		return false
+	}
+	if p.dialing > 0 && !p.learned && p.t.offersH2(p.key) { // h2 glue: dial one, learn the protocol, then decide
 		return false
 	}
 	n := len(p.conns) + p.dialing

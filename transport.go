@@ -135,15 +135,17 @@ type TransportOptions struct {
 	// the TLS handshake: TLSClientConfig and TLSHandshakeTimeout are then
 	// ignored. If it returns a *tls.Conn whose handshake has not completed,
 	// the handshake is run (with the httptrace TLS hooks); its connection
-	// state becomes resp.TLS. A connection on which TLS negotiated a
-	// protocol other than "http/1.1" is refused.
+	// state becomes resp.TLS. A target connection on which TLS negotiated
+	// "h2" is served over HTTP/2 if Protocols allows it; one that
+	// negotiated another protocol than "http/1.1" is refused.
 	DialTLSContext func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	// TLSClientConfig is the TLS configuration for https targets and https
 	// proxies. It is cloned for each connection and never modified; in the
 	// clone, an empty ServerName becomes the host being dialed (without
-	// port), and NextProtos is set to ["http/1.1"]: this Transport speaks
-	// HTTP/1.1 only. Nil means the zero tls.Config.
+	// port), and NextProtos is set by the Transport: ["h2", "http/1.1"]
+	// for https targets unless Protocols leaves HTTP/2 out, ["http/1.1"]
+	// for proxies (see Protocols). Nil means the zero tls.Config.
 	TLSClientConfig *tls.Config
 
 	// TLSHandshakeTimeout, if non-zero, limits the time spent on a TLS
@@ -203,10 +205,28 @@ type TransportOptions struct {
 	// hosts; when a connection becoming idle exceeds it, the connection idle
 	// for the longest time is closed. Zero means no limit.
 	MaxIdleConns int
+
+	// Protocols is the set of protocols the Transport uses, with
+	// net/http's meaning: nil means HTTP/1 and HTTP/2, an empty set
+	// HTTP/1. With HTTP2, https targets (directly or through a CONNECT or
+	// SOCKS5 tunnel) are offered "h2" in ALPN, and a host that chooses it
+	// is served over multiplexed HTTP/2 connections (see docs/design.md);
+	// with HTTP2 and not HTTP1, only "h2" is offered. UnencryptedHTTP2
+	// without HTTP1 speaks prior-knowledge HTTP/2 to http:// targets that
+	// are not behind an HTTP proxy. Requests that need HTTP/1.1 (CONNECT,
+	// Upgrade) always get it. DisableKeepAlives turns HTTP/2 off.
+	// OptionsFrom sets it to the protocols an http.Transport would use.
+	Protocols *http.Protocols
+
+	// HTTP2 configures HTTP/2 connections, as in net/http. Nil means
+	// net/http's defaults.
+	HTTP2 *http.HTTP2Config
 }
 
 // Transport is an [http.RoundTripper] that pipelines HTTP/1.1 requests over
-// a bounded set of connections per host. It is safe for concurrent use.
+// a bounded set of connections per host, and multiplexes them over HTTP/2
+// where an https server negotiates it (see TransportOptions.Protocols). It
+// is safe for concurrent use.
 //
 // The zero value is a Transport with the default options, like
 // NewTransport(TransportOptions{}).
@@ -226,6 +246,8 @@ type Transport struct {
 	mu     sync.RWMutex // guards pools and closed
 	pools  map[poolKey]*hostPool
 	closed bool
+
+	h2 h2Config // HTTP/2 settings, fixed by init (h2.go)
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -270,6 +292,7 @@ func (t *Transport) init() {
 		t.opts.WriteBufferSize = defaultBufferSize
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
+	t.h2.init(&t.opts) // h2 glue
 }
 
 // RoundTrip implements [http.RoundTripper]. It never modifies req and always
@@ -341,6 +364,9 @@ func (t *Transport) CloseIdleConnections() {
 	t.initOnce.Do(t.init)
 	for _, p := range t.poolList() {
 		p.closeIdle()
+		if h := p.h2.Load(); h != nil { // h2 glue
+			h.closeIdle()
+		}
 	}
 }
 
@@ -356,6 +382,9 @@ func (t *Transport) Close() error {
 	t.cancel()
 	for _, p := range t.poolList() {
 		p.close()
+		if h := p.h2.Load(); h != nil { // h2 glue
+			h.close()
+		}
 	}
 	t.wg.Wait()
 	return nil
@@ -390,6 +419,17 @@ type HostStats struct {
 	// connections repeatedly failed with pipelined requests outstanding
 	// (see docs/reliability.md).
 	PipelineDepth int
+
+	// Protocol is "HTTP/2.0" once the host negotiated HTTP/2 (its
+	// requests then go over HTTP/2), else "HTTP/1.1". Over HTTP/2, Open,
+	// Dialing, Idle, InFlight and Queued count the HTTP/2 connections and
+	// requests as well.
+	Protocol string
+
+	// Streams is the number of HTTP/2 streams in use (requests in flight
+	// or about to be sent on the host's HTTP/2 connections); 0 over
+	// HTTP/1.1.
+	Streams int
 }
 
 // Stats returns a snapshot of every host's pool, keyed by
@@ -400,7 +440,9 @@ func (t *Transport) Stats() map[string]HostStats {
 	ps := t.poolList()
 	m := make(map[string]HostStats, len(ps))
 	for _, p := range ps {
-		m[p.key.String()] = p.stats()
+		s := p.stats()
+		h2Stats(p.h2.Load(), &s) // h2 glue
+		m[p.key.String()] = s
 	}
 	return m
 }

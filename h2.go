@@ -1,0 +1,738 @@
+package pipelined
+
+// HTTP/2 where the server speaks it (docs/design.md, "HTTP/2").
+//
+// A host's protocol is learned from its first connection: an https dial
+// offers "h2" and "http/1.1" in ALPN (RFC 7301), and a connection on which
+// the server chose "h2" is handed to the host's h2Host instead of becoming a
+// pipelined connection. From then on the host's requests go to the h2Host,
+// which multiplexes them over the standard library's HTTP/2 client
+// connections (http.ClientConn, Go 1.26): no HTTP/2 framing is written here.
+//
+// http.Transport.NewClientConn dials by itself. To keep this Transport's own
+// dialing (DialContext, DialTLSContext, TLSClientConfig, proxies, the
+// httptrace connect and TLS hooks), each Transport has a private
+// http.Transport whose dial functions return the connection we already
+// dialed and handshook, carried in the context given to NewClientConn.
+// net/http's dialConn makes an HTTP/2 ClientConn of a *tls.Conn whose
+// NegotiatedProtocol is "h2" (or, for prior-knowledge h2c, of a plain
+// connection when Protocols has UnencryptedHTTP2 and not HTTP1).
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// ALPN offers (RFC 7301 §3.1: in order of preference).
+var (
+	alpnHTTP1  = []string{"http/1.1"}
+	alpnH2     = []string{"h2", "http/1.1"}
+	alpnH2Only = []string{"h2"}
+)
+
+// h2Config is what a Transport does with HTTP/2, fixed by init from
+// TransportOptions.Protocols; read-only after init, except rt.
+type h2Config struct {
+	tls     bool // offer "h2" to https targets
+	tlsH1   bool // offer "http/1.1" to https targets too
+	cleartx bool // prior-knowledge h2c for http targets (not through HTTP proxies)
+
+	rtOnce sync.Once
+	rt     *http.Transport // private: makes ClientConns of our connections
+}
+
+// init derives the HTTP/2 settings from o, whose defaults are applied.
+// Protocols nil means HTTP/1 and HTTP/2 (net/http, whose default depends on
+// other fields, has its choice carried by OptionsFrom). An empty set means
+// HTTP/1, as in net/http. DisableKeepAlives and GODEBUG=http2client=0 turn
+// HTTP/2 off.
+func (c *h2Config) init(o *TransportOptions) {
+	if o.DisableKeepAlives || http2DisabledByGODEBUG() {
+		return
+	}
+	p := o.Protocols
+	if p == nil {
+		c.tls, c.tlsH1 = true, true
+		return
+	}
+	c.tls = p.HTTP2()
+	c.tlsH1 = p.HTTP1() || !p.HTTP2()
+	// net/http's Transport.Protocols: unencrypted HTTP/2 is used for
+	// http:// URLs if the set includes UnencryptedHTTP2 and not HTTP1.
+	c.cleartx = p.UnencryptedHTTP2() && !p.HTTP1()
+}
+
+// http2DisabledByGODEBUG reports whether the GODEBUG environment variable
+// has http2client=0, which disables net/http's HTTP/2 client (and so
+// NewClientConn's). The last setting wins, as in internal/godebug.
+func http2DisabledByGODEBUG() bool {
+	off := false
+	for _, kv := range strings.Split(os.Getenv("GODEBUG"), ",") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(kv), "http2client="); ok {
+			off = v == "0"
+		}
+	}
+	return off
+}
+
+// offersH2 reports whether connections of key's pool may be HTTP/2.
+func (t *Transport) offersH2(key poolKey) bool {
+	switch key.scheme {
+	case "https":
+		return t.h2.tls && !key.onlyH1
+	case "http":
+		return t.h2.cleartx && !key.forwardProxy()
+	}
+	return false
+}
+
+// alpn returns the ALPN protocols offered to key's target.
+func (t *Transport) alpn(key poolKey) []string {
+	switch {
+	case !t.offersH2(key):
+		return alpnHTTP1
+	case t.h2.tlsH1:
+		return alpnH2
+	default:
+		return alpnH2Only
+	}
+}
+
+// isH2 reports whether a connection dialed for key, with TLS state state
+// (nil for cleartext), is to be spoken to in HTTP/2.
+func (t *Transport) isH2(key poolKey, state *tls.ConnectionState) bool {
+	if !t.offersH2(key) {
+		return false
+	}
+	if key.scheme == "http" {
+		return true // prior knowledge (RFC 9113 §3.3)
+	}
+	return state != nil && state.NegotiatedProtocol == "h2"
+}
+
+// requiresHTTP1 reports whether req cannot be sent over HTTP/2: CONNECT
+// (a tunnel in HTTP/1.1 terms; RFC 9113 §8.5 redefines it) and Upgrade
+// (RFC 9113 §8.6: HTTP/2 has no 101 Switching Protocols).
+func requiresHTTP1(req *http.Request) bool {
+	return req.Method == http.MethodConnect ||
+		httpguts.HeaderValuesContainsToken(req.Header["Connection"], "upgrade")
+}
+
+// h2ConnKey is the context key under which NewClientConn's dial finds the
+// connection to adopt.
+type h2ConnKey struct{}
+
+// privateTransport returns the Transport's private http.Transport, whose
+// only job is NewClientConn over connections we dialed.
+func (t *Transport) privateTransport() *http.Transport {
+	t.h2.rtOnce.Do(func() {
+		adopt := func(ctx context.Context, _, _ string) (net.Conn, error) {
+			if c, ok := ctx.Value(h2ConnKey{}).(net.Conn); ok {
+				return c, nil
+			}
+			return nil, errors.New("pipelined: no connection to adopt")
+		}
+		var p http.Protocols
+		p.SetHTTP2(true)
+		p.SetUnencryptedHTTP2(true)
+		rt := &http.Transport{
+			DialContext:            adopt,
+			DialTLSContext:         adopt,
+			Protocols:              &p,
+			DisableCompression:     t.opts.DisableCompression,
+			MaxResponseHeaderBytes: t.opts.MaxResponseHeaderBytes,
+			// Negative durations mean "none" here, zero in net/http.
+			IdleConnTimeout:       max(t.opts.IdleConnTimeout, 0),
+			ResponseHeaderTimeout: max(t.opts.ResponseHeaderTimeout, 0),
+			ExpectContinueTimeout: max(t.opts.ExpectContinueTimeout, 0),
+			ReadBufferSize:        t.opts.ReadBufferSize,
+			WriteBufferSize:       t.opts.WriteBufferSize,
+		}
+		if t.opts.HTTP2 != nil {
+			c := *t.opts.HTTP2
+			rt.HTTP2 = &c
+		}
+		t.h2.rt = rt
+	})
+	return t.h2.rt
+}
+
+// h2Host serves one host's requests over HTTP/2 ClientConns.
+//
+// Scheduling follows the HTTP/1 pool's rules with a connection's capacity
+// being its free streams (ClientConn.Available, the server's
+// SETTINGS_MAX_CONCURRENT_STREAMS less the streams in use, RFC 9113
+// §5.1.2): an idle connection first, else the one with the most free
+// streams; a new connection only when no stream is free, one dial at a
+// time, within MaxConnsPerHost; otherwise the request waits, cancellable,
+// for a connection's state hook or a dial to change something.
+//
+// Streams are not reserved (ClientConn.Reserve): until a new connection
+// has the server's SETTINGS it assumes 100 streams, and if the server then
+// allows fewer than are reserved, the request holding the connection's
+// header lock waits for a slot that only the requests queued behind that
+// lock could free (awaitOpenSlotForStreamLocked counts their reservations:
+// a deadlock, Go 1.26). Without reservations a request that finds a free
+// stream and loses it to another waits inside RoundTrip for the next one,
+// as with net/http's StrictMaxConcurrentRequests.
+type h2Host struct {
+	t    *Transport
+	key  poolKey
+	dial func(ctx context.Context) (net.Conn, *tls.ConnectionState, error)
+
+	// mu guards the fields below and the scheduling fields of each
+	// h2Conn. It is never held while calling a method of http.ClientConn
+	// (the state hook, which takes mu, may run synchronously inside
+	// RoundTrip, Reserve, Release, Close and Body.Close: golang/go#80680),
+	// a dial, or a user callback. Lock order: hostPool.mu, then mu.
+	mu      sync.Mutex
+	conns   []*h2Conn // usable or draining, not closed
+	dialing int
+	dials   map[*h2Dial]struct{}
+	queued  int           // requests waiting for a stream
+	gen     uint64        // counts the changes that may free a stream
+	changed chan struct{} // closed and replaced on a change if queued > 0
+	closed  bool
+}
+
+// h2Conn is one HTTP/2 connection of an h2Host.
+type h2Conn struct {
+	cc   *http.ClientConn
+	conn net.Conn // for httptrace.GotConnInfo
+
+	// Guarded by h2Host.mu.
+	claims    int       // requests that chose it and are in RoundTrip
+	used      bool      // has carried a request
+	busy      bool      // streams in flight as last seen
+	closing   bool      // being closed by closeIdle: takes nothing new
+	idleSince time.Time // when busy last became false
+}
+
+// h2Dial is a dial in progress, guarded by h2Host.mu.
+type h2Dial struct {
+	cancel    context.CancelFunc
+	abandoned bool // cancelled by closeIdle
+}
+
+// newH2Host returns the HTTP/2 side of key's pool. dial opens a new
+// connection the way the HTTP/1 pool does (Transport.dial).
+func newH2Host(t *Transport, key poolKey, dial func(ctx context.Context) (net.Conn, *tls.ConnectionState, error)) *h2Host {
+	return &h2Host{t: t, key: key, dial: dial, changed: make(chan struct{}), dials: make(map[*h2Dial]struct{})}
+}
+
+// broadcastLocked records a change and wakes every request waiting for a
+// stream.
+func (h *h2Host) broadcastLocked() {
+	h.gen++
+	if h.queued > 0 {
+		close(h.changed)
+		h.changed = make(chan struct{})
+	}
+}
+
+// beginAdopt counts a connection about to be adopted as a dial in
+// progress, so that requests arriving meanwhile wait for it instead of
+// dialing; adopt ends it.
+func (h *h2Host) beginAdopt() {
+	h.mu.Lock()
+	h.dialing++
+	h.mu.Unlock()
+}
+
+// adopt takes a connection the HTTP/1 pool dialed and found to be HTTP/2
+// (state is nil for h2c), announced by beginAdopt. It closes conn on
+// failure.
+func (h *h2Host) adopt(conn net.Conn, state *tls.ConnectionState) error {
+	c, err := h.newConn(conn)
+	if err == nil {
+		err = h.add(c)
+	}
+	h.mu.Lock()
+	h.dialing--
+	h.broadcastLocked()
+	h.mu.Unlock()
+	return err
+}
+
+// newConn makes an HTTP/2 ClientConn of conn. It closes conn on failure.
+func (h *h2Host) newConn(conn net.Conn) (*h2Conn, error) {
+	// No httptrace in this context: the dial's hooks have fired already.
+	ctx := context.WithValue(h.t.ctx, h2ConnKey{}, conn)
+	cc, err := h.t.privateTransport().NewClientConn(ctx, h.key.scheme, h.key.addr)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return &h2Conn{cc: cc, conn: conn, idleSince: time.Now()}, nil
+}
+
+// add puts c in the pool and watches its state; it closes c if the host is
+// closed.
+func (h *h2Host) add(c *h2Conn) error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		c.cc.Close()
+		return ErrTransportClosed
+	}
+	h.conns = append(h.conns, c)
+	h.broadcastLocked()
+	h.mu.Unlock()
+	// Outside mu: SetStateHook may run the hook at once.
+	c.cc.SetStateHook(func(*http.ClientConn) { h.stateChanged(c) })
+	return nil
+}
+
+// stateChanged is c's state hook: a stream came free, a request ended, or
+// the connection became unusable. It may run inside a ClientConn method
+// called by any goroutine, so it takes no lock but mu and calls no user
+// code.
+func (h *h2Host) stateChanged(c *h2Conn) {
+	// Err, InFlight and Available are read one at a time, so no
+	// combination of them is a snapshot: only Err decides. A connection
+	// that received GOAWAY (RFC 9113 §6.8) has no free stream, so takes
+	// nothing new, and closes itself when its last stream ends.
+	dead := c.cc.Err() != nil
+	idle := !dead && c.cc.InFlight() == 0
+	h.mu.Lock()
+	if dead {
+		h.removeLocked(c)
+	} else if idle && c.busy {
+		c.busy = false
+		c.idleSince = time.Now()
+	}
+	h.broadcastLocked()
+	h.mu.Unlock()
+}
+
+func (h *h2Host) removeLocked(c *h2Conn) bool {
+	i := slices.Index(h.conns, c)
+	if i < 0 {
+		return false
+	}
+	h.conns = slices.Delete(h.conns, i, i+1)
+	return true
+}
+
+func (h *h2Host) canDialLocked() bool {
+	return !h.closed && (h.t.maxConns <= 0 || len(h.conns)+h.dialing < h.t.maxConns)
+}
+
+var errNoStream = errors.New("pipelined: no HTTP/2 stream available")
+
+// h2MaxDials bounds the dials one request starts: each dial that succeeds
+// without leaving it a stream (a server that allows none) may start another.
+const h2MaxDials = 4
+
+// acquire chooses a connection with a free stream for a request with
+// context ctx, and claims it (see release). dials counts the dials the
+// request started. It returns the connection and the httptrace
+// GotConnInfo of the choice.
+func (h *h2Host) acquire(ctx context.Context, dials *int) (*h2Conn, httptrace.GotConnInfo, error) {
+	var buf [8]*h2Conn
+	var dialRes chan error // the result of the dial this request started
+	for {
+		h.mu.Lock()
+		if h.closed {
+			h.mu.Unlock()
+			return nil, httptrace.GotConnInfo{}, ErrTransportClosed
+		}
+		gen := h.gen
+		conns := buf[:0]
+		for _, c := range h.conns {
+			if !c.closing {
+				conns = append(conns, c)
+			}
+		}
+		h.mu.Unlock()
+
+		// Idle first, then the most free streams. Outside mu.
+		var best *h2Conn
+		bestAvail, bestIdle := 0, false
+		for _, c := range conns {
+			avail := c.cc.Available()
+			if avail == 0 {
+				continue
+			}
+			idle := c.cc.InFlight() == 0
+			if best == nil || (idle && !bestIdle) || (idle == bestIdle && avail > bestAvail) {
+				best, bestAvail, bestIdle = c, avail, idle
+			}
+		}
+		clear(buf[:])
+		if best != nil {
+			h.mu.Lock()
+			if best.closing || h.closed {
+				h.mu.Unlock()
+				continue
+			}
+			info := httptrace.GotConnInfo{Conn: best.conn, Reused: best.used, WasIdle: best.used && bestIdle}
+			if info.WasIdle && !best.busy { // else its hook has not run yet
+				info.IdleTime = time.Since(best.idleSince)
+			}
+			best.claims++
+			best.used, best.busy = true, true
+			h.mu.Unlock()
+			return best, info, nil
+		}
+
+		// No stream is free.
+		h.mu.Lock()
+		if h.gen != gen {
+			h.mu.Unlock()
+			continue // something changed since the look
+		}
+		if dialRes == nil && h.dialing == 0 && h.canDialLocked() {
+			if *dials >= h2MaxDials {
+				h.mu.Unlock()
+				return nil, httptrace.GotConnInfo{}, errNoStream
+			}
+			*dials++
+			dialRes = h.startDialLocked(ctx)
+		}
+		h.queued++
+		changed := h.changed
+		h.mu.Unlock()
+		var err error
+		select {
+		case <-changed:
+		case err = <-dialRes:
+			dialRes = nil
+		case <-ctx.Done():
+			err = context.Cause(ctx)
+		}
+		h.mu.Lock()
+		h.queued--
+		h.mu.Unlock()
+		if err != nil {
+			return nil, httptrace.GotConnInfo{}, err
+		}
+	}
+}
+
+// startDialLocked dials a new connection in its own goroutine, as the
+// HTTP/1 pool does: with the values of the request that started it but not
+// its cancellation (it is cancelled by Transport.Close, and by closeIdle
+// when nobody waits). Its outcome is sent on the returned channel; a new
+// connection joins the pool whoever is waiting.
+func (h *h2Host) startDialLocked(reqCtx context.Context) chan error {
+	t := h.t
+	h.dialing++
+	res := make(chan error, 1)
+	ctx, cancel := context.WithCancel(context.WithoutCancel(reqCtx))
+	d := &h2Dial{cancel: cancel}
+	h.dials[d] = struct{}{}
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		stop := context.AfterFunc(t.ctx, cancel)
+		conn, state, err := h.dial(ctx)
+		stop()
+		cancel()
+		if err == nil && !t.isH2(h.key, state) {
+			conn.Close()
+			proto := "none"
+			if state != nil && state.NegotiatedProtocol != "" {
+				proto = state.NegotiatedProtocol
+			}
+			err = fmt.Errorf("pipelined: %s negotiated ALPN protocol %s on a new connection after h2", h.key.addr, proto)
+		}
+		var c *h2Conn
+		if err == nil {
+			c, err = h.newConn(conn)
+		}
+		if err == nil {
+			err = h.add(c)
+		}
+		h.mu.Lock()
+		h.dialing--
+		delete(h.dials, d)
+		if d.abandoned && err != nil {
+			err = nil // cancelled by closeIdle while nobody waited
+		}
+		h.broadcastLocked()
+		h.mu.Unlock()
+		res <- err
+	}()
+	return res
+}
+
+// Retries, as net/http's HTTP/2 transport (h2_bundle.go, RoundTripOpt and
+// shouldRetryRequest): at most 6 retries, the first at once, then after
+// 1 s, 2 s, 4 s… with 10% jitter.
+const h2MaxRetries = 6
+
+// roundTrip sends req over one of the host's HTTP/2 connections.
+func (h *h2Host) roundTrip(req *http.Request) (*http.Response, error) {
+	return h.do(req, false)
+}
+
+// redirect sends over HTTP/2 a request that the HTTP/1 pool queued while
+// the host's first connection was being dialed: its httptrace GetConn has
+// fired already.
+func (h *h2Host) redirect(req *http.Request) (*http.Response, error) {
+	return h.do(req, true)
+}
+
+func (h *h2Host) do(req *http.Request, gotConnFired bool) (*http.Response, error) {
+	ctx := req.Context()
+	trace := httptrace.ContextClientTrace(ctx)
+	dials := 0
+	cur := req
+	for retry := 0; ; retry++ {
+		if trace != nil && trace.GetConn != nil && (retry > 0 || !gotConnFired) {
+			trace.GetConn(h.key.dialAddr())
+		}
+		c, info, err := h.acquire(ctx, &dials)
+		if err != nil {
+			closeBody(cur)
+			return nil, err
+		}
+		if trace != nil && trace.GotConn != nil {
+			trace.GotConn(info)
+		}
+		resp, err := c.cc.RoundTrip(cur) // consumes the body
+		h.mu.Lock()
+		c.claims--
+		h.mu.Unlock()
+		if err == nil {
+			resp.Request = req
+			return resp, nil
+		}
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		if retry >= h2MaxRetries || !h2CanRetry(err) {
+			return nil, err
+		}
+		next, rerr := h2Rewind(cur, err)
+		if rerr != nil {
+			return nil, rerr
+		}
+		cur = next
+		if retry > 0 {
+			backoff := float64(uint(1) << (uint(retry) - 1))
+			backoff += backoff * (0.1 * rand.Float64())
+			tm := time.NewTimer(time.Duration(backoff * float64(time.Second)))
+			select {
+			case <-tm.C:
+			case <-ctx.Done():
+				tm.Stop()
+				closeBody(cur)
+				return nil, context.Cause(ctx)
+			}
+		}
+	}
+}
+
+// Errors of net/http's HTTP/2 client that say a request was not processed
+// (h2_bundle.go; unexported there, so matched by text).
+const (
+	h2ErrConnUnusable = "http2: client conn not usable"
+	h2ErrGotGoAway    = "http2: Transport received Server's graceful shutdown GOAWAY"
+	h2ErrFromPeer     = "received from peer"
+
+	h2CodeProtocol      = 0x1 // RFC 9113 §7 PROTOCOL_ERROR
+	h2CodeRefusedStream = 0x7 // RFC 9113 §7 REFUSED_STREAM
+)
+
+// h2StreamError receives net/http's HTTP/2 StreamError through errors.As
+// (its As method converts into any struct with the same fields).
+type h2StreamError struct {
+	StreamID uint32
+	Code     uint32
+	Cause    error
+}
+
+func (e h2StreamError) Error() string {
+	return fmt.Sprintf("stream error: stream ID %d; code %#x; %v", e.StreamID, e.Code, e.Cause)
+}
+
+// h2CanRetry reports whether err says the server did not process the
+// request, as net/http's canRetryError: the connection became unusable
+// before the request was sent, a GOAWAY named a lower last stream (RFC 9113
+// §6.8: such streams were not processed), REFUSED_STREAM (RFC 9113 §8.7),
+// or a PROTOCOL_ERROR reset from the peer (golang/go#47635).
+func h2CanRetry(err error) bool {
+	if s := err.Error(); s == h2ErrConnUnusable || s == h2ErrGotGoAway {
+		return true
+	}
+	var se h2StreamError
+	if errors.As(err, &se) {
+		if se.Code == h2CodeProtocol && se.Cause != nil && se.Cause.Error() == h2ErrFromPeer {
+			return true
+		}
+		return se.Code == h2CodeRefusedStream
+	}
+	return false
+}
+
+// h2Rewind returns the request to send again after err, as net/http's
+// shouldRetryRequest: the same one if it has no body, a copy with a body
+// from GetBody, the same one if the connection was unusable before the
+// body was read; otherwise an error.
+func h2Rewind(req *http.Request, err error) (*http.Request, error) {
+	if req.Body == nil || req.Body == http.NoBody {
+		return req, nil
+	}
+	if req.GetBody != nil {
+		body, gerr := req.GetBody()
+		if gerr != nil {
+			return nil, gerr
+		}
+		r := *req
+		r.Body = body
+		return &r, nil
+	}
+	if err.Error() == h2ErrConnUnusable {
+		return req, nil
+	}
+	return nil, fmt.Errorf("pipelined: cannot retry after %v: the request body was sent; define Request.GetBody to allow it", err)
+}
+
+// stats returns the host's HTTP/2 connections (open, dialing, idle),
+// streams in use (reservations included) and requests waiting for one.
+func (h *h2Host) stats() (open, dialing, idle, inflight, queued int) {
+	h.mu.Lock()
+	conns := slices.Clone(h.conns)
+	dialing, queued = h.dialing, h.queued
+	h.mu.Unlock()
+	for _, c := range conns {
+		n := c.cc.InFlight()
+		inflight += n
+		if n == 0 {
+			idle++
+		}
+	}
+	return len(conns), dialing, idle, inflight, queued
+}
+
+// closeIdle closes the connections with no stream in use and, if no
+// request waits, cancels dials in progress, as the HTTP/1 pool does.
+func (h *h2Host) closeIdle() {
+	h.mu.Lock()
+	if h.queued == 0 {
+		for d := range h.dials {
+			d.abandoned = true
+			d.cancel()
+		}
+	}
+	var cand []*h2Conn
+	for _, c := range h.conns {
+		if !c.closing && c.claims == 0 {
+			c.closing = true // acquire no longer chooses it
+			cand = append(cand, c)
+		}
+	}
+	h.mu.Unlock()
+	for _, c := range cand {
+		if c.cc.InFlight() == 0 {
+			c.cc.Close()
+			h.mu.Lock()
+			h.removeLocked(c)
+			h.mu.Unlock()
+			continue
+		}
+		h.mu.Lock()
+		c.closing = false
+		h.broadcastLocked()
+		h.mu.Unlock()
+	}
+}
+
+// close closes every connection; requests waiting fail with
+// ErrTransportClosed, those in flight with the ClientConn's error.
+func (h *h2Host) close() {
+	h.mu.Lock()
+	h.closed = true
+	conns := h.conns
+	h.conns = nil
+	for d := range h.dials {
+		d.cancel()
+	}
+	h.broadcastLocked()
+	h.mu.Unlock()
+	for _, c := range conns {
+		c.cc.Close()
+	}
+}
+
+// h2Stats completes a host's HostStats with its HTTP/2 side, h (nil if the
+// host never negotiated HTTP/2).
+func h2Stats(h *h2Host, s *HostStats) {
+	if h == nil {
+		s.Protocol = "HTTP/1.1"
+		return
+	}
+	open, dialing, idle, inflight, queued := h.stats()
+	s.Protocol = "HTTP/2.0"
+	s.Open += open
+	s.Dialing += dialing
+	s.Idle += idle
+	s.InFlight += inflight
+	s.Queued += queued
+	s.Streams = inflight
+}
+
+// ---- Glue with the HTTP/1 pool (scheduler.go) -----------------------------
+
+// useH2 is the error acquire returns to a request of the HTTP/1 pool once
+// the host turned out to speak HTTP/2: hostPool.roundTrip sends it on
+// through h.redirect, body untouched.
+type useH2 struct{ h *h2Host }
+
+func (*useH2) Error() string { return "pipelined: host speaks HTTP/2" }
+
+// h2Host returns p's h2Host, creating it; p.mu is held.
+func (p *hostPool) h2HostLocked() *h2Host {
+	h := p.h2.Load()
+	if h == nil {
+		t, key := p.t, p.key
+		h = newH2Host(t, key, func(ctx context.Context) (net.Conn, *tls.ConnectionState, error) {
+			return t.dial(ctx, key)
+		})
+		p.h2.Store(h)
+	}
+	return h
+}
+
+// h2Dialed takes a connection dialed by p that negotiated HTTP/2 (in place
+// of the end of startDialLocked): the host is marked HTTP/2, the connection
+// goes to its h2Host, and every request waiting in p is redirected there.
+func (p *hostPool) h2Dialed(d *dialHandle, conn net.Conn, state *tls.ConnectionState) {
+	p.mu.Lock()
+	p.dialing--
+	delete(p.dials, d)
+	p.learned = true
+	if p.closed {
+		p.mu.Unlock()
+		conn.Close()
+		return
+	}
+	h := p.h2HostLocked()
+	h.beginAdopt() // requests that find p.h2 set wait for this connection
+	p.mu.Unlock()
+	// Before the waiters move, so that they find it rather than dial.
+	h.adopt(conn, state) // on failure, the waiters dial over there
+	p.mu.Lock()
+	ws := p.waiters
+	p.waiters = nil
+	for _, w := range ws {
+		w.ch <- waitResult{err: &useH2{h}}
+	}
+	p.dispatchLocked()
+	p.mu.Unlock()
+}

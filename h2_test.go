@@ -1,0 +1,719 @@
+package pipelined
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httptrace"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// h2Server kinds.
+const (
+	h2Prefer = "h2-preferring" // ALPN h2 and http/1.1
+	h2Only   = "h2-only"       // ALPN h2, HTTP/2 only
+	h1Only   = "h1-only"       // ALPN http/1.1
+	h2cOnly  = "h2c"           // cleartext, prior-knowledge HTTP/2 and HTTP/1
+)
+
+// h2TestServer starts a server of the given kind on 127.0.0.1 with h, and
+// counts the connections it accepts.
+func h2TestServer(t *testing.T, kind string, h http.Handler, cfg *http.HTTP2Config) (*httptest.Server, *atomic.Int32) {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	accepted := new(atomic.Int32)
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			accepted.Add(1)
+		}
+	}
+	srv.Config.HTTP2 = cfg
+	var p http.Protocols
+	switch kind {
+	case h2Prefer:
+		srv.EnableHTTP2 = true
+		srv.TLS = &tls.Config{NextProtos: []string{"h2", "http/1.1"}}
+		srv.StartTLS()
+	case h2Only:
+		srv.EnableHTTP2 = true
+		srv.TLS = &tls.Config{NextProtos: []string{"h2"}}
+		p.SetHTTP2(true)
+		srv.Config.Protocols = &p
+		srv.StartTLS()
+	case h1Only:
+		srv.StartTLS()
+	case h2cOnly:
+		p.SetHTTP1(true)
+		p.SetUnencryptedHTTP2(true)
+		srv.Config.Protocols = &p
+		srv.Start()
+	}
+	t.Cleanup(srv.Close)
+	return srv, accepted
+}
+
+func protocols(h1, h2, h2c bool) *http.Protocols {
+	var p http.Protocols
+	p.SetHTTP1(h1)
+	p.SetHTTP2(h2)
+	p.SetUnencryptedHTTP2(h2c)
+	return &p
+}
+
+func protoHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, r.Proto)
+	})
+}
+
+// h2Get sends a GET through tr and returns the response with its body read.
+func h2Get(t *testing.T, tr http.RoundTripper, url string, hdr http.Header) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(parCtx(t), "GET", url, nil)
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: reading body: %v", url, err)
+	}
+	return resp, string(b)
+}
+
+func TestH2Negotiation(t *testing.T) {
+	defaultClone := func(roots *tls.Config) TransportOptions {
+		ht := http.DefaultTransport.(*http.Transport).Clone()
+		ht.TLSClientConfig = roots
+		return OptionsFrom(ht)
+	}
+	cases := []struct {
+		name   string
+		server string
+		opts   func(roots *tls.Config) TransportOptions
+		want   string
+	}{
+		{"default vs h2-only", h2Only, func(c *tls.Config) TransportOptions { return TransportOptions{TLSClientConfig: c} }, "HTTP/2.0"},
+		{"default vs h2-preferring", h2Prefer, func(c *tls.Config) TransportOptions { return TransportOptions{TLSClientConfig: c} }, "HTTP/2.0"},
+		{"default vs h1-only", h1Only, func(c *tls.Config) TransportOptions { return TransportOptions{TLSClientConfig: c} }, "HTTP/1.1"},
+		{"HTTP1 only vs h2-preferring", h2Prefer, func(c *tls.Config) TransportOptions {
+			return TransportOptions{TLSClientConfig: c, Protocols: protocols(true, false, false)}
+		}, "HTTP/1.1"},
+		{"HTTP2 only vs h2-preferring", h2Prefer, func(c *tls.Config) TransportOptions {
+			return TransportOptions{TLSClientConfig: c, Protocols: protocols(false, true, false)}
+		}, "HTTP/2.0"},
+		{"DisableKeepAlives", h2Prefer, func(c *tls.Config) TransportOptions {
+			return TransportOptions{TLSClientConfig: c, DisableKeepAlives: true}
+		}, "HTTP/1.1"},
+		{"OptionsFrom(DefaultTransport.Clone())", h2Prefer, defaultClone, "HTTP/2.0"},
+		{"OptionsFrom(empty TLSNextProto)", h2Prefer, func(c *tls.Config) TransportOptions {
+			ht := http.DefaultTransport.(*http.Transport).Clone()
+			ht.TLSClientConfig = c
+			ht.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+			return OptionsFrom(ht)
+		}, "HTTP/1.1"},
+		{"OptionsFrom(custom TLS config)", h2Prefer, func(c *tls.Config) TransportOptions {
+			return OptionsFrom(&http.Transport{TLSClientConfig: c})
+		}, "HTTP/1.1"},
+		{"OptionsFrom(custom TLS config, ForceAttemptHTTP2)", h2Prefer, func(c *tls.Config) TransportOptions {
+			return OptionsFrom(&http.Transport{TLSClientConfig: c, ForceAttemptHTTP2: true})
+		}, "HTTP/2.0"},
+		{"h2c prior knowledge", h2cOnly, func(*tls.Config) TransportOptions {
+			return TransportOptions{Protocols: protocols(false, false, true)}
+		}, "HTTP/2.0"},
+		{"h2c off by default", h2cOnly, func(*tls.Config) TransportOptions { return TransportOptions{} }, "HTTP/1.1"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, _ := h2TestServer(t, tc.server, protoHandler(), nil)
+			tr := newTestTransport(t, tc.opts(tlsRoots(srv)))
+			for i := range 2 { // the first learns the protocol, the second uses it
+				resp, body := h2Get(t, tr, srv.URL+"/", nil)
+				if resp.Proto != tc.want || body != tc.want {
+					t.Fatalf("request %d: resp.Proto %q, server saw %q; want %q", i, resp.Proto, body, tc.want)
+				}
+				if tc.server != h2cOnly && resp.TLS == nil {
+					t.Fatalf("request %d: resp.TLS is nil", i)
+				}
+				if tc.want == "HTTP/2.0" && resp.TLS != nil && resp.TLS.NegotiatedProtocol != "h2" {
+					t.Fatalf("request %d: NegotiatedProtocol %q", i, resp.TLS.NegotiatedProtocol)
+				}
+			}
+			for k, s := range tr.Stats() {
+				if s.Protocol != tc.want {
+					t.Errorf("Stats()[%s].Protocol = %q, want %q", k, s.Protocol, tc.want)
+				}
+				if wantOpen := !strings.Contains(tc.name, "DisableKeepAlives"); (s.Open == 1) != wantOpen || s.Idle != s.Open || s.InFlight != 0 || s.Streams != 0 {
+					t.Errorf("Stats()[%s] = %+v, want one idle connection", k, s)
+				}
+			}
+		})
+	}
+}
+
+// The h1-only TLS server still gets pipelined requests: four requests on
+// one connection at once.
+func TestH2H1OnlyStillPipelined(t *testing.T) {
+	release := make(chan struct{})
+	srv, accepted := h2TestServer(t, h1Only, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-release
+		io.WriteString(w, r.Proto)
+	}), nil)
+	tr := newTestTransport(t, TransportOptions{TLSClientConfig: tlsRoots(srv), MaxConnsPerHost: 1, PipelineDepth: 4})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			req, _ := http.NewRequestWithContext(parCtx(t), "GET", srv.URL, nil)
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		})
+	}
+	waitFor(t, "4 requests in flight on 1 connection", func() bool {
+		for _, s := range tr.Stats() {
+			return s.Open == 1 && s.InFlight == 4 && s.Protocol == "HTTP/1.1"
+		}
+		return false
+	})
+	close(release)
+	wg.Wait()
+	if n := accepted.Load(); n != 1 {
+		t.Errorf("server accepted %d connections, want 1", n)
+	}
+}
+
+// A burst to a fresh HTTP/2 host dials one connection: the first dial
+// learns the protocol while the others wait, then all are multiplexed.
+func TestH2BurstDialsOnce(t *testing.T) {
+	verifyNoLeaks(t)
+	var inHandler atomic.Int32
+	release := make(chan struct{})
+	srv, accepted := h2TestServer(t, h2Prefer, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		inHandler.Add(1)
+		<-release
+		io.WriteString(w, r.Proto)
+	}), nil)
+	tr := NewTransport(TransportOptions{TLSClientConfig: tlsRoots(srv)})
+	var dials atomic.Int32
+	const n = 50
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			trace := &httptrace.ClientTrace{TLSHandshakeStart: func() { dials.Add(1) }}
+			req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(parCtx(t), trace), "GET", srv.URL, nil)
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if string(b) != "HTTP/2.0" {
+				t.Errorf("served over %q", b)
+			}
+		})
+	}
+	waitFor(t, "50 requests in the handler", func() bool { return inHandler.Load() == n })
+	for k, s := range tr.Stats() {
+		if s.Protocol != "HTTP/2.0" || s.Open != 1 || s.Streams != n || s.InFlight != n {
+			t.Errorf("Stats()[%s] = %+v, want 1 HTTP/2 connection with %d streams", k, s, n)
+		}
+	}
+	close(release)
+	wg.Wait()
+	if a, d := accepted.Load(), dials.Load(); a != 1 || d != 1 {
+		t.Errorf("server accepted %d connections, client handshook %d; want 1", a, d)
+	}
+	tr.Close()
+}
+
+// With few streams per connection, a second connection is dialed only when
+// streams run out, within MaxConnsPerHost; the rest wait for streams.
+func TestH2MaxConcurrentStreams(t *testing.T) {
+	var cur, peak atomic.Int32
+	srv, accepted := h2TestServer(t, h2Prefer, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := cur.Add(1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+		cur.Add(-1)
+		io.WriteString(w, r.Proto)
+	}), &http.HTTP2Config{MaxConcurrentStreams: 2})
+	tr := newTestTransport(t, TransportOptions{TLSClientConfig: tlsRoots(srv), MaxConnsPerHost: 2})
+	// Learn the server's limit first: until its SETTINGS arrive a new
+	// connection assumes 100 streams (RFC 9113 §6.5.2 leaves it open).
+	h2Get(t, tr, srv.URL, nil)
+	var wg sync.WaitGroup
+	for range 12 {
+		wg.Go(func() {
+			req, _ := http.NewRequestWithContext(parCtx(t), "GET", srv.URL, nil)
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		})
+	}
+	wg.Wait()
+	if a := accepted.Load(); a > 2 {
+		t.Errorf("server accepted %d connections, want at most 2 (MaxConnsPerHost)", a)
+	}
+	if p := peak.Load(); p > 4 {
+		t.Errorf("%d requests in the handler at once, want at most 2 connections × 2 streams", p)
+	}
+}
+
+// Cancelling a request cancels its stream only; the connection serves on.
+func TestH2Cancel(t *testing.T) {
+	srv, accepted := h2TestServer(t, h2Prefer, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hang" {
+			<-r.Context().Done()
+			return
+		}
+		io.WriteString(w, r.Proto)
+	}), nil)
+	tr := newTestTransport(t, TransportOptions{TLSClientConfig: tlsRoots(srv)})
+	h2Get(t, tr, srv.URL, nil)
+
+	cases := []struct {
+		name   string
+		cancel func(cancel context.CancelCauseFunc)
+		want   error
+	}{
+		{"cancel", func(c context.CancelCauseFunc) { c(nil) }, context.Canceled},
+		{"cause", func(c context.CancelCauseFunc) { c(errTestCause) }, errTestCause},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancelCause(parCtx(t))
+			req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/hang", nil)
+			time.AfterFunc(50*time.Millisecond, func() { tc.cancel(cancel) })
+			_, err := tr.RoundTrip(req)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("RoundTrip = %v, want %v", err, tc.want)
+			}
+			waitFor(t, "the stream released", func() bool {
+				for _, s := range tr.Stats() {
+					return s.Streams == 0
+				}
+				return false
+			})
+			h2Get(t, tr, srv.URL, nil)
+		})
+	}
+	// A request cancelled while it waits for the first dial.
+	ctx, cancel := context.WithCancel(parCtx(t))
+	cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
+	if _, err := tr.RoundTrip(req); !errors.Is(err, context.Canceled) {
+		t.Errorf("RoundTrip with a cancelled context = %v", err)
+	}
+	if a := accepted.Load(); a != 1 {
+		t.Errorf("server accepted %d connections, want 1", a)
+	}
+}
+
+var errTestCause = errors.New("test cause")
+
+// A server's graceful shutdown (GOAWAY) lets requests in flight finish, and
+// the connection leaves the pool.
+func TestH2ServerShutdown(t *testing.T) {
+	started := make(chan struct{})
+	release := make(chan struct{})
+	srv, _ := h2TestServer(t, h2Prefer, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			close(started)
+			<-release
+		}
+		io.WriteString(w, "done")
+	}), nil)
+	tr := newTestTransport(t, TransportOptions{TLSClientConfig: tlsRoots(srv)})
+	h2Get(t, tr, srv.URL, nil)
+	errc := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(parCtx(t), "GET", srv.URL+"/slow", nil)
+		resp, err := tr.RoundTrip(req)
+		if err == nil {
+			var b []byte
+			b, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err == nil && string(b) != "done" {
+				err = fmt.Errorf("body %q", b)
+			}
+		}
+		errc <- err
+	}()
+	<-started
+	shut := make(chan error, 1)
+	go func() { shut <- srv.Config.Shutdown(parCtx(t)) }()
+	time.Sleep(50 * time.Millisecond) // let the GOAWAY arrive
+	close(release)
+	if err := <-errc; err != nil {
+		t.Fatalf("request in flight during GOAWAY: %v", err)
+	}
+	if err := <-shut; err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the connection gone", func() bool {
+		for _, s := range tr.Stats() {
+			return s.Open == 0
+		}
+		return false
+	})
+}
+
+// h2GoAwayServer speaks raw HTTP/2 over TLS on 127.0.0.1: on its first
+// connection it answers the first request's HEADERS with GOAWAY (last
+// stream 0: RFC 9113 §6.8, the request was not processed) and closes; later
+// connections answer every request with 200 "ok".
+func h2GoAwayServer(t *testing.T) (url string, roots *tls.Config, requests *atomic.Int32) {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(nil) // for its certificate
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	cert, roots := srv.TLS.Certificates[0], tlsRoots(srv)
+	srv.Close()
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	requests = new(atomic.Int32)
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	var conns atomic.Int32
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			first := conns.Add(1) == 1
+			wg.Go(func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				preface := make([]byte, len(http2.ClientPreface))
+				if _, err := io.ReadFull(br, preface); err != nil {
+					return
+				}
+				fr := http2.NewFramer(c, br)
+				fr.WriteSettings()
+				var hb bytes.Buffer
+				enc := hpack.NewEncoder(&hb)
+				for {
+					f, err := fr.ReadFrame()
+					if err != nil {
+						return
+					}
+					switch f := f.(type) {
+					case *http2.SettingsFrame:
+						if !f.IsAck() {
+							fr.WriteSettingsAck()
+						}
+					case *http2.HeadersFrame:
+						requests.Add(1)
+						if first {
+							fr.WriteGoAway(0, http2.ErrCodeNo, nil)
+							return
+						}
+						hb.Reset()
+						enc.WriteField(hpack.HeaderField{Name: ":status", Value: "200"})
+						fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: hb.Bytes(), EndHeaders: true})
+						fr.WriteData(f.StreamID, true, []byte("ok"))
+					}
+				}
+			})
+		}
+	})
+	return "https://" + ln.Addr().String(), roots, requests
+}
+
+// A request refused by a GOAWAY that names a lower last stream was not
+// processed: it is retried on a new connection, body included if GetBody
+// allows, as net/http does.
+func TestH2GoAwayRetried(t *testing.T) {
+	cases := []struct {
+		name    string
+		method  string
+		body    io.Reader
+		noRetry bool
+	}{
+		{"GET", "GET", nil, false},
+		{"POST with GetBody", "POST", strings.NewReader("payload"), false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			url, roots, requests := h2GoAwayServer(t)
+			tr := newTestTransport(t, TransportOptions{TLSClientConfig: roots})
+			req, _ := http.NewRequestWithContext(parCtx(t), tc.method, url, tc.body)
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatalf("RoundTrip: %v", err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if string(b) != "ok" || resp.Proto != "HTTP/2.0" || resp.Request != req {
+				t.Errorf("response %q over %s (Request is the caller's: %v)", b, resp.Proto, resp.Request == req)
+			}
+			if n := requests.Load(); n != 2 {
+				t.Errorf("server saw %d requests, want 2", n)
+			}
+		})
+	}
+}
+
+// Requests that need HTTP/1.1 (Upgrade, CONNECT) go to an h2-preferring
+// server over a connection of their own that offers only http/1.1.
+func TestH2UpgradeUsesHTTP1(t *testing.T) {
+	srv, _ := h2TestServer(t, h2Prefer, protoHandler(), nil)
+	tr := newTestTransport(t, TransportOptions{TLSClientConfig: tlsRoots(srv)})
+	if resp, _ := h2Get(t, tr, srv.URL, nil); resp.Proto != "HTTP/2.0" {
+		t.Fatalf("plain GET over %s", resp.Proto)
+	}
+	resp, body := h2Get(t, tr, srv.URL, http.Header{"Connection": {"Upgrade"}, "Upgrade": {"websocket"}})
+	if resp.Proto != "HTTP/1.1" || body != "HTTP/1.1" {
+		t.Fatalf("upgrade request over %s (server saw %q), want HTTP/1.1", resp.Proto, body)
+	}
+	// The upgrade's connection left its pool (and the emptied pool was
+	// forgotten); the host's HTTP/2 pool is untouched.
+	key := strings.TrimPrefix(srv.URL, "https://")
+	if s := tr.Stats()["https://"+key]; s.Protocol != "HTTP/2.0" || s.Open != 1 {
+		t.Errorf("h2 pool: %+v", s)
+	}
+}
+
+// httptrace over HTTP/2: GetConn and GotConn once per request, the dial's
+// hooks once, on the request that dialed.
+func TestH2Trace(t *testing.T) {
+	srv, _ := h2TestServer(t, h2Prefer, protoHandler(), nil)
+	tr := newTestTransport(t, TransportOptions{TLSClientConfig: tlsRoots(srv)})
+	for i, want := range []string{
+		"GetConn ConnectStart TLSHandshakeStart TLSHandshakeDone(h2) GotConn(reused=false)",
+		"GetConn GotConn(reused=true,idle=true)",
+	} {
+		var mu sync.Mutex
+		var events []string
+		add := func(s string) { mu.Lock(); events = append(events, s); mu.Unlock() }
+		trace := &httptrace.ClientTrace{
+			GetConn:           func(string) { add("GetConn") },
+			ConnectStart:      func(string, string) { add("ConnectStart") },
+			TLSHandshakeStart: func() { add("TLSHandshakeStart") },
+			TLSHandshakeDone:  func(s tls.ConnectionState, _ error) { add("TLSHandshakeDone(" + s.NegotiatedProtocol + ")") },
+			GotConn: func(info httptrace.GotConnInfo) {
+				if info.Reused {
+					add(fmt.Sprintf("GotConn(reused=true,idle=%v)", info.WasIdle))
+				} else {
+					add("GotConn(reused=false)")
+				}
+			},
+		}
+		req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(parCtx(t), trace), "GET", srv.URL, nil)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		mu.Lock()
+		got := strings.Join(events, " ")
+		mu.Unlock()
+		if got != want {
+			t.Errorf("request %d: trace %q, want %q", i, got, want)
+		}
+	}
+}
+
+// Transport.Close fails waiting and in-flight HTTP/2 requests and leaves no
+// goroutine behind; CloseIdleConnections closes idle HTTP/2 connections.
+func TestH2CloseAndCloseIdle(t *testing.T) {
+	verifyNoLeaks(t)
+	started := make(chan struct{}, 1)
+	srv, _ := h2TestServer(t, h2Prefer, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hang" {
+			started <- struct{}{}
+			<-r.Context().Done()
+			return
+		}
+		io.WriteString(w, r.Proto)
+	}), nil)
+	tr := NewTransport(TransportOptions{TLSClientConfig: tlsRoots(srv)})
+	h2Get(t, tr, srv.URL, nil)
+	tr.CloseIdleConnections()
+	for k, s := range tr.Stats() {
+		if s.Open != 0 {
+			t.Errorf("after CloseIdleConnections: Stats()[%s] = %+v", k, s)
+		}
+	}
+	h2Get(t, tr, srv.URL, nil) // dials again
+	errc := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(parCtx(t), "GET", srv.URL+"/hang", nil)
+		_, err := tr.RoundTrip(req)
+		errc <- err
+	}()
+	<-started
+	tr.Close()
+	if err := <-errc; err == nil {
+		t.Error("request in flight at Close succeeded")
+	}
+	req, _ := http.NewRequest("GET", srv.URL, nil)
+	if _, err := tr.RoundTrip(req); !errors.Is(err, ErrTransportClosed) {
+		t.Errorf("RoundTrip after Close = %v", err)
+	}
+}
+
+// Through a CONNECT tunnel TLS is end to end: an h2 origin is served over
+// HTTP/2 behind http and https proxies, and the proxy hears HTTP/1.1 only.
+func TestH2ThroughConnectProxy(t *testing.T) {
+	for _, proxyTLS := range []bool{false, true} {
+		t.Run(fmt.Sprintf("https proxy %v", proxyTLS), func(t *testing.T) {
+			srv, accepted := h2TestServer(t, h2Prefer, protoHandler(), nil)
+			p := newHTTPProxy(t, proxyTLS, "")
+			pu, _ := url.Parse(p.URL)
+			tr := newTestTransport(t, TransportOptions{Proxy: http.ProxyURL(pu), TLSClientConfig: tlsRoots(srv)})
+			var wg sync.WaitGroup
+			for range 10 {
+				wg.Go(func() {
+					req, _ := http.NewRequestWithContext(parCtx(t), "GET", srv.URL, nil)
+					resp, err := tr.RoundTrip(req)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if resp.Proto != "HTTP/2.0" || string(b) != "HTTP/2.0" {
+						t.Errorf("served over %s (server saw %q)", resp.Proto, b)
+					}
+				})
+			}
+			wg.Wait()
+			if a, c := accepted.Load(), p.conns.Load(); a != 1 || c != 1 {
+				t.Errorf("origin accepted %d connections, proxy %d; want 1", a, c)
+			}
+			for k, s := range tr.Stats() {
+				if !strings.Contains(k, " via ") || s.Protocol != "HTTP/2.0" {
+					t.Errorf("Stats()[%s] = %+v", k, s)
+				}
+			}
+		})
+	}
+}
+
+// OptionsFrom carries net/http's protocol choice: for each configuration,
+// net/http and a Transport made with OptionsFrom speak the same protocol to
+// a server that prefers HTTP/2, and OptionsFrom gives the same answer
+// before and after net/http has used the configuration (its first use
+// fills in TLSNextProto and TLSClientConfig).
+func TestH2OptionsFromMatchesNetHTTP(t *testing.T) {
+	srv, _ := h2TestServer(t, h2Prefer, protoHandler(), nil)
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}
+	cases := []struct {
+		name  string
+		proto string // what net/http speaks
+		make  func() *http.Transport
+	}{
+		{"TLSClientConfig", "HTTP/1.1", func() *http.Transport { return &http.Transport{TLSClientConfig: tlsRoots(srv)} }},
+		{"TLSClientConfig, ForceAttemptHTTP2", "HTTP/2.0", func() *http.Transport {
+			return &http.Transport{TLSClientConfig: tlsRoots(srv), ForceAttemptHTTP2: true}
+		}},
+		{"DialContext, ForceAttemptHTTP2", "HTTP/2.0", func() *http.Transport {
+			return &http.Transport{TLSClientConfig: tlsRoots(srv), DialContext: dial, ForceAttemptHTTP2: true}
+		}},
+		{"ForceAttemptHTTP2, empty TLSNextProto", "HTTP/1.1", func() *http.Transport {
+			return &http.Transport{TLSClientConfig: tlsRoots(srv), ForceAttemptHTTP2: true,
+				TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{}}
+		}},
+		{"Protocols HTTP1+HTTP2", "HTTP/2.0", func() *http.Transport {
+			return &http.Transport{TLSClientConfig: tlsRoots(srv), Protocols: protocols(true, true, false)}
+		}},
+		{"Protocols HTTP1", "HTTP/1.1", func() *http.Transport {
+			return &http.Transport{TLSClientConfig: tlsRoots(srv), ForceAttemptHTTP2: true, Protocols: protocols(true, false, false)}
+		}},
+		{"DefaultTransport clone", "HTTP/2.0", func() *http.Transport {
+			ht := http.DefaultTransport.(*http.Transport).Clone()
+			ht.TLSClientConfig = tlsRoots(srv)
+			return ht
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			std := tc.make()
+			defer std.CloseIdleConnections()
+			before := OptionsFrom(std)
+			want, _ := h2Get(t, std, srv.URL, nil)
+			if want.Proto != tc.proto {
+				t.Fatalf("net/http spoke %s, want %s", want.Proto, tc.proto)
+			}
+			after := OptionsFrom(std)
+			for i, o := range []TransportOptions{before, after} {
+				got, _ := h2Get(t, newTestTransport(t, o), srv.URL, nil)
+				if got.Proto != want.Proto {
+					t.Errorf("OptionsFrom (%s net/http's first use): %s, net/http: %s", []string{"before", "after"}[i], got.Proto, want.Proto)
+				}
+			}
+		})
+	}
+}
+
+// A request queued in the HTTP/1 pool and redirected to HTTP/2 still gets
+// its RequestDone: the Observer's queued and done counts stay balanced.
+// (The HTTP/2 side itself reports no Observer events yet.)
+func TestH2ObserverBalanced(t *testing.T) {
+	srv, _ := h2TestServer(t, h2Prefer, protoHandler(), nil)
+	var queued, done atomic.Int32
+	obs := &Observer{
+		RequestQueued: func(RequestEvent) { queued.Add(1) },
+		RequestDone:   func(RequestEvent) { done.Add(1) },
+	}
+	tr := newTestTransport(t, TransportOptions{TLSClientConfig: tlsRoots(srv), Observer: obs})
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Go(func() {
+			req, _ := http.NewRequestWithContext(parCtx(t), "GET", srv.URL, nil)
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		})
+	}
+	wg.Wait()
+	h2Get(t, tr, srv.URL, nil)
+	if q, d := queued.Load(), done.Load(); q != d || q == 0 {
+		t.Errorf("RequestQueued %d times, RequestDone %d times", q, d)
+	}
+}
