@@ -58,8 +58,8 @@ type hostPool struct {
 	// server announced in Keep-Alive (keepalive.go), for Stats.
 	kaRetired int
 
-	h2      atomic.Pointer[h2Host] // h2 glue: set once a dial negotiated HTTP/2; requests go there
-	learned bool                   // h2 glue: a dial succeeded, so the host's protocol is known
+	h2      atomic.Pointer[h2Host] // set once a dial negotiated HTTP/2; requests go there
+	learned bool                   // a dial succeeded, so the host's protocol is known
 }
 
 // sched is a connection's schedulable state. It belongs to the
@@ -140,7 +140,7 @@ func (p *hostPool) startDialLocked(reqCtx context.Context) {
 		conn, state, err := t.dial(ctx, p.key)
 		stop()
 		cancel()
-		if err == nil && t.isH2(p.key, state) { // h2 glue
+		if err == nil && t.isH2(p.key, state) {
 			p.h2Dialed(d, conn, state)
 			return
 		}
@@ -180,7 +180,7 @@ func (p *hostPool) startDialLocked(reqCtx context.Context) {
 			return
 		}
 		p.conns = append(p.conns, c)
-		p.learned = true // h2 glue
+		p.learned = true
 		p.startIdleTimerLocked(c)
 		t.wg.Add(1)
 		go c.readLoop()
@@ -568,7 +568,7 @@ func (p *hostPool) holdsDialLocked(a *attempt) bool {
 // per-connection budget, recent pipeline failures or a depth fallback, or
 // a verdict on pipelining. Such a pool is not forgotten when it empties.
 func (p *hostPool) learnedLocked() bool {
-	if p.h2.Load() != nil { // h2 glue: the host speaks HTTP/2; the pool holds its h2Host
+	if p.h2.Load() != nil { // the host speaks HTTP/2; the pool holds its h2Host
 		return true
 	}
 	if p.budget > 0 || p.quietClose > 0 || len(p.pipeFailures) > 0 || p.serial > 0 {

@@ -83,7 +83,7 @@ func checkRetry(replayable, alone bool, o outcome) decision {
 // roundTrip sends req on one of p's connections, retrying where checkRetry
 // allows.
 func (p *hostPool) roundTrip(req *http.Request) (*http.Response, error) {
-	if h := p.h2.Load(); h != nil { // h2 glue
+	if h := p.h2.Load(); h != nil {
 		return h.roundTrip(req)
 	}
 	r := newRequest(p.t, req, p.key)
@@ -99,9 +99,9 @@ func (p *hostPool) roundTrip(req *http.Request) (*http.Response, error) {
 		r.obs = &requestObs{start: time.Now(), host: p.name, addr: p.key.addr}
 	}
 	resp, err := p.roundTripAttempts(r)
-	if u, ok := err.(*useH2); ok { // h2 glue: the host turned out to speak HTTP/2
+	if u, ok := err.(*useH2); ok { // the host turned out to speak HTTP/2
 		resp, err = u.h.redirect(req)
-		r.bodyUsed = true // h2 glue: the HTTP/2 side owns the body (RequestDone still fires)
+		r.bodyUsed = true // the HTTP/2 side owns the body (RequestDone still fires)
 	}
 	if err != nil && !r.bodyUsed {
 		closeBody(req)

@@ -70,7 +70,7 @@ func (p *hostPool) place(a *attempt) (*pconn, httptrace.GotConnInfo, error) {
 		p.mu.Unlock()
 		return nil, httptrace.GotConnInfo{}, errPoolGone
 	}
-	if h := p.h2.Load(); h != nil { // h2 glue
+	if h := p.h2.Load(); h != nil {
 		p.mu.Unlock()
 		return nil, httptrace.GotConnInfo{}, &useH2{h}
 	}
@@ -124,7 +124,7 @@ func (p *hostPool) canDialLocked(pipelineable bool) bool {
 	if p.closed {
 		return false
 	}
-	if p.dialing > 0 && !p.learned && p.t.offersH2(p.key) { // h2 glue: dial one, learn the protocol, then decide
+	if p.dialing > 0 && !p.learned && p.t.offersH2(p.key) { // dial one, learn the protocol, then decide
 		return false
 	}
 	n := len(p.conns) + p.dialing

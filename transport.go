@@ -292,7 +292,7 @@ func (t *Transport) init() {
 		t.opts.WriteBufferSize = defaultBufferSize
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
-	t.h2.init(&t.opts) // h2 glue
+	t.h2.init(&t.opts)
 }
 
 // RoundTrip implements [http.RoundTripper]. It never modifies req and always
@@ -364,7 +364,7 @@ func (t *Transport) CloseIdleConnections() {
 	t.initOnce.Do(t.init)
 	for _, p := range t.poolList() {
 		p.closeIdle()
-		if h := p.h2.Load(); h != nil { // h2 glue
+		if h := p.h2.Load(); h != nil {
 			h.closeIdle()
 		}
 	}
@@ -382,7 +382,7 @@ func (t *Transport) Close() error {
 	t.cancel()
 	for _, p := range t.poolList() {
 		p.close()
-		if h := p.h2.Load(); h != nil { // h2 glue
+		if h := p.h2.Load(); h != nil {
 			h.close()
 		}
 	}
@@ -441,7 +441,7 @@ func (t *Transport) Stats() map[string]HostStats {
 	m := make(map[string]HostStats, len(ps))
 	for _, p := range ps {
 		s := p.stats()
-		h2Stats(p.h2.Load(), &s) // h2 glue
+		h2Stats(p.h2.Load(), &s)
 		m[p.key.String()] = s
 	}
 	return m
