@@ -210,15 +210,18 @@ type h2Host struct {
 
 // h2Conn is one HTTP/2 connection of an h2Host.
 type h2Conn struct {
-	cc   *http.ClientConn
-	conn net.Conn // for httptrace.GotConnInfo
+	cc     *http.ClientConn
+	conn   net.Conn  // for httptrace.GotConnInfo
+	id     uint64    // for the Observer
+	opened time.Time // for the Observer
 
 	// Guarded by h2Host.mu.
-	claims    int       // requests that chose it and are in RoundTrip
-	used      bool      // has carried a request
-	busy      bool      // streams in flight as last seen
-	closing   bool      // being closed by closeIdle: takes nothing new
-	idleSince time.Time // when busy last became false
+	claims    int         // requests that chose it and are in RoundTrip
+	used      bool        // has carried a request
+	busy      bool        // streams in flight as last seen
+	closing   bool        // being closed by closeIdle: takes nothing new
+	why       CloseReason // set before we close it, for the Observer
+	idleSince time.Time   // when busy last became false
 }
 
 // h2Dial is a dial in progress, guarded by h2Host.mu.
@@ -276,7 +279,8 @@ func (h *h2Host) newConn(conn net.Conn) (*h2Conn, error) {
 		conn.Close()
 		return nil, err
 	}
-	return &h2Conn{cc: cc, conn: conn, idleSince: time.Now()}, nil
+	now := time.Now()
+	return &h2Conn{cc: cc, conn: conn, id: h.t.connIDs.Add(1), opened: now, idleSince: now}, nil
 }
 
 // add puts c in the pool and watches its state; it closes c if the host is
@@ -291,6 +295,7 @@ func (h *h2Host) add(c *h2Conn) error {
 	h.conns = append(h.conns, c)
 	h.broadcastLocked()
 	h.mu.Unlock()
+	h.observeConn(c, true, nil)
 	// Outside mu: SetStateHook may run the hook at once.
 	c.cc.SetStateHook(func(*http.ClientConn) { h.stateChanged(c) })
 	return nil
@@ -305,17 +310,49 @@ func (h *h2Host) stateChanged(c *h2Conn) {
 	// combination of them is a snapshot: only Err decides. A connection
 	// that received GOAWAY (RFC 9113 §6.8) has no free stream, so takes
 	// nothing new, and closes itself when its last stream ends.
-	dead := c.cc.Err() != nil
+	err := c.cc.Err()
+	dead := err != nil
 	idle := !dead && c.cc.InFlight() == 0
 	h.mu.Lock()
+	removed := false
 	if dead {
-		h.removeLocked(c)
+		removed = h.removeLocked(c)
 	} else if idle && c.busy {
 		c.busy = false
 		c.idleSince = time.Now()
 	}
+	why := c.why
 	h.broadcastLocked()
 	h.mu.Unlock()
+	if removed {
+		h.observeClosed(c, why, err)
+	}
+}
+
+// observeConn reports c opened to the Observer. HTTP/2 connections report
+// no ConnActive or ConnIdle: streams come and go inside the standard
+// library's client connection.
+func (h *h2Host) observeConn(c *h2Conn, opened bool, err error) {
+	if o := h.t.opts.Observer; o != nil && o.ConnOpened != nil {
+		o.ConnOpened(ConnEvent{Time: c.opened, ID: c.id, Host: h.key.String(), Addr: h.key.addr, Protocol: protoHTTP2, Opened: c.opened})
+	}
+}
+
+// observeClosed reports c closed: by us for why, or else by the server
+// (GOAWAY, close) or an error err.
+func (h *h2Host) observeClosed(c *h2Conn, why CloseReason, err error) {
+	o := h.t.opts.Observer
+	if o == nil || o.ConnClosed == nil {
+		return
+	}
+	ev := ConnEvent{Time: time.Now(), ID: c.id, Host: h.key.String(), Addr: h.key.addr, Protocol: protoHTTP2, Opened: c.opened, Reason: why}
+	if why == 0 {
+		ev.Reason = CloseServer
+		if err != nil && !strings.Contains(err.Error(), "GOAWAY") && !errors.Is(err, net.ErrClosed) {
+			ev.Reason, ev.Err = CloseError, err
+		}
+	}
+	o.ConnClosed(ev)
 }
 
 func (h *h2Host) removeLocked(c *h2Conn) bool {
@@ -487,15 +524,23 @@ func (h *h2Host) redirect(req *http.Request) (*http.Response, error) {
 	return h.do(req, true)
 }
 
-func (h *h2Host) do(req *http.Request, gotConnFired bool) (*http.Response, error) {
+func (h *h2Host) do(req *http.Request, gotConnFired bool) (resp *http.Response, err error) {
 	ctx := req.Context()
 	trace := httptrace.ContextClientTrace(ctx)
+	var ob *h2Obs
+	if !gotConnFired { // a redirected request is reported by the HTTP/1 side
+		ob = h.newObs(req)
+	}
+	if ob != nil {
+		defer func() { ob.done(resp, err) }()
+	}
 	dials := 0
 	cur := req
 	for retry := 0; ; retry++ {
 		if trace != nil && trace.GetConn != nil && (retry > 0 || !gotConnFired) {
 			trace.GetConn(h.key.dialAddr())
 		}
+		ob.queued(retry)
 		c, info, err := h.acquire(ctx, &dials)
 		if err != nil {
 			closeBody(cur)
@@ -504,6 +549,7 @@ func (h *h2Host) do(req *http.Request, gotConnFired bool) (*http.Response, error
 		if trace != nil && trace.GotConn != nil {
 			trace.GotConn(info)
 		}
+		ob.assigned(c)
 		resp, err := c.cc.RoundTrip(cur) // consumes the body
 		h.mu.Lock()
 		c.claims--
@@ -634,6 +680,7 @@ func (h *h2Host) closeIdle() {
 	for _, c := range h.conns {
 		if !c.closing && c.claims == 0 {
 			c.closing = true // acquire no longer chooses it
+			c.why = CloseIdleConnections
 			cand = append(cand, c)
 		}
 	}
@@ -642,12 +689,16 @@ func (h *h2Host) closeIdle() {
 		if c.cc.InFlight() == 0 {
 			c.cc.Close()
 			h.mu.Lock()
-			h.removeLocked(c)
+			removed := h.removeLocked(c)
 			h.mu.Unlock()
+			if removed {
+				h.observeClosed(c, CloseIdleConnections, nil)
+			}
 			continue
 		}
 		h.mu.Lock()
 		c.closing = false
+		c.why = 0
 		h.broadcastLocked()
 		h.mu.Unlock()
 	}
@@ -660,6 +711,9 @@ func (h *h2Host) close() {
 	h.closed = true
 	conns := h.conns
 	h.conns = nil
+	for _, c := range conns {
+		c.why = CloseTransportClosed
+	}
 	for d := range h.dials {
 		d.cancel()
 	}
@@ -667,6 +721,7 @@ func (h *h2Host) close() {
 	h.mu.Unlock()
 	for _, c := range conns {
 		c.cc.Close()
+		h.observeClosed(c, CloseTransportClosed, nil)
 	}
 }
 
@@ -735,4 +790,63 @@ func (p *hostPool) h2Dialed(d *dialHandle, conn net.Conn, state *tls.ConnectionS
 	}
 	p.dispatchLocked()
 	p.mu.Unlock()
+}
+
+const protoHTTP2 = "HTTP/2.0"
+
+// h2Obs carries the Observer's events of one request over HTTP/2 (a nil
+// *h2Obs reports nothing).
+type h2Obs struct {
+	o        *Observer
+	ev       RequestEvent
+	queuedAt time.Time
+}
+
+func (h *h2Host) newObs(req *http.Request) *h2Obs {
+	o := h.t.opts.Observer
+	if o == nil {
+		return nil
+	}
+	return &h2Obs{o: o, ev: RequestEvent{Start: time.Now(), Request: req, Host: h.key.String(), Addr: h.key.addr}}
+}
+
+func (b *h2Obs) queued(retry int) {
+	if b == nil {
+		return
+	}
+	b.queuedAt = time.Now()
+	b.ev.Time, b.ev.Attempt = b.queuedAt, retry+1
+	b.ev.ConnID, b.ev.Protocol, b.ev.InFlight, b.ev.Pipelined = 0, "", 0, false
+	if retry > 0 {
+		b.ev.Resend = ResendNotWritten // h2CanRetry: the server did not process it
+	}
+	if b.o.RequestQueued != nil {
+		b.o.RequestQueued(b.ev)
+	}
+}
+
+func (b *h2Obs) assigned(c *h2Conn) {
+	if b == nil {
+		return
+	}
+	now := time.Now()
+	b.ev.QueueTime += now.Sub(b.queuedAt)
+	b.ev.Time, b.ev.ConnID, b.ev.Protocol = now, c.id, protoHTTP2
+	b.ev.InFlight = c.cc.InFlight() + 1
+	b.ev.Pipelined = b.ev.InFlight > 1
+	if b.o.RequestAssigned != nil {
+		b.o.RequestAssigned(b.ev)
+	}
+}
+
+func (b *h2Obs) done(resp *http.Response, err error) {
+	if b.o.RequestDone == nil {
+		return
+	}
+	ev := b.ev
+	ev.Time, ev.Err = time.Now(), err
+	if resp != nil {
+		ev.Status = resp.StatusCode
+	}
+	b.o.RequestDone(ev)
 }

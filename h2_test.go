@@ -692,10 +692,17 @@ func TestH2OptionsFromMatchesNetHTTP(t *testing.T) {
 // (The HTTP/2 side itself reports no Observer events yet.)
 func TestH2ObserverBalanced(t *testing.T) {
 	srv, _ := h2TestServer(t, h2Prefer, protoHandler(), nil)
-	var queued, done atomic.Int32
+	var queued, done, h2Done, opened, closed atomic.Int32
 	obs := &Observer{
 		RequestQueued: func(RequestEvent) { queued.Add(1) },
-		RequestDone:   func(RequestEvent) { done.Add(1) },
+		RequestDone: func(ev RequestEvent) {
+			done.Add(1)
+			if ev.Protocol == "HTTP/2.0" && ev.Err == nil && ev.Status == 200 {
+				h2Done.Add(1)
+			}
+		},
+		ConnOpened: func(ConnEvent) { opened.Add(1) },
+		ConnClosed: func(ConnEvent) { closed.Add(1) },
 	}
 	tr := newTestTransport(t, TransportOptions{TLSClientConfig: tlsRoots(srv), Observer: obs})
 	var wg sync.WaitGroup
@@ -715,5 +722,12 @@ func TestH2ObserverBalanced(t *testing.T) {
 	h2Get(t, tr, srv.URL, nil)
 	if q, d := queued.Load(), done.Load(); q != d || q == 0 {
 		t.Errorf("RequestQueued %d times, RequestDone %d times", q, d)
+	}
+	if n := h2Done.Load(); n < 1 {
+		t.Errorf("RequestDone over HTTP/2 with its status: %d times, want at least 1", n)
+	}
+	tr.Close()
+	if o, c := opened.Load(), closed.Load(); o != c || o == 0 {
+		t.Errorf("ConnOpened %d times, ConnClosed %d times after Close, want equal", o, c)
 	}
 }
