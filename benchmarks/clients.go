@@ -1,11 +1,17 @@
 package main
 
 import (
+	"bytes"
+	"cmp"
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,81 +28,198 @@ const (
 	clientNetHTTPNoKA    = "net/http no-keepalive"
 	clientPipelinedNoKA  = "pipelined no-keepalive"
 	defaultClientsString = clientNetHTTP + "," + clientPipelined + "," + clientFastHost + "," + clientFastPipeline
+
+	// A migrated service: http.DefaultTransport's settings (no connection
+	// limit, 2 idle connections per host) and pipelined built from them
+	// with OptionsFrom(http.DefaultTransport).
+	clientNetHTTPDefaults   = "net/http DefaultTransport"
+	clientPipelinedDefaults = "pipelined OptionsFrom(DefaultTransport)"
+
+	// The TLS suite's rows. net/http (h2) negotiates HTTP/2 by ALPN where
+	// the server offers it; net/http (h1) is net/http with HTTP/2 off.
+	// pipelined (h2) is a hook for the HTTP/2 support of pipelined: see
+	// newPipelinedClient.
+	clientNetHTTPH2   = "net/http (h2)"
+	clientNetHTTPH1   = "net/http (h1)"
+	clientPipelinedH2 = "pipelined (h2)"
+	clientPipelinedH1 = "pipelined (h1 pipelined)"
 )
 
-var allClients = []string{clientNetHTTP, clientPipelined, clientFastHost, clientFastPipeline, clientNetHTTPNoKA, clientPipelinedNoKA}
+var allClients = []string{
+	clientNetHTTP, clientPipelined, clientFastHost, clientFastPipeline, clientNetHTTPNoKA, clientPipelinedNoKA,
+	clientNetHTTPDefaults, clientPipelinedDefaults, clientNetHTTPH2, clientNetHTTPH1, clientPipelinedH2, clientPipelinedH1,
+}
 
 func isNoKeepAlive(name string) bool {
 	return name == clientNetHTTPNoKA || name == clientPipelinedNoKA
 }
 
+// isPipelined reports whether a client row is this project's transport
+// (the rows the ratio lines compare with their peers).
+func isPipelined(name string) bool { return strings.HasPrefix(name, clientPipelined) }
+
 // clientConfig is what every client is built from.
 type clientConfig struct {
-	Addr    string // host:port of the server
-	C       int    // connections per host
-	K       int    // pipeline depth
+	Addrs   []string // host:port of the servers, one per host; requests go to them in turn
+	URL     string   // instead of Addrs: the one URL to request (-url)
+	C       int      // connections per host
+	K       int      // pipeline depth
 	Timeout time.Duration
 	Dialer  *dialCounter
+	Method  string      // "" means GET
+	ReqBody []byte      // request body (with Content-Length), if any
+	TLS     *tls.Config // https to Addrs with this configuration, if non-nil
+	// Cell, if not empty, is sent with every request as the query
+	// "cell=Cell&id=N" (N unique within the cell), for the server's count
+	// of requests that arrived twice.
+	Cell string
 }
 
-// benchClient performs one GET at a time per calling goroutine. Do reads
-// and closes the whole response body and returns an error for anything but
-// a 200 response.
+// targets hands out the URL of each request: Addrs in turn, with an id
+// when the cell is tracked.
+type targets struct {
+	urls []string
+	cell string
+	n    atomic.Uint64
+}
+
+func newTargets(cfg clientConfig) *targets {
+	t := &targets{cell: cfg.Cell}
+	if cfg.URL != "" {
+		t.urls = []string{cfg.URL}
+		return t
+	}
+	scheme := "http://"
+	if cfg.TLS != nil {
+		scheme = "https://"
+	}
+	for _, a := range cfg.Addrs {
+		t.urls = append(t.urls, scheme+a+"/")
+	}
+	return t
+}
+
+func (t *targets) next() string {
+	i := t.n.Add(1) - 1
+	u := t.urls[i%uint64(len(t.urls))]
+	if t.cell != "" {
+		return u + "?cell=" + t.cell + "&id=" + strconv.FormatUint(i, 10)
+	}
+	return u
+}
+
+// benchClient performs one request at a time per calling goroutine. Do
+// reads and closes the whole response body, returns the number of body
+// bytes read, and an error for anything but a 2xx response.
 type benchClient interface {
-	Do(ctx context.Context) error
+	Do(ctx context.Context) (int64, error)
 	// PoolStats reports the client's own view of its connection pool, or
 	// ok == false if it has none.
 	PoolStats() (s poolStats, ok bool)
 	Close()
 }
 
+// errUnsupported marks a client that cannot run a scenario: its row is
+// skipped with the reason.
+var errUnsupported = errors.New("not supported")
+
 // newClient builds the named client.
 func newClient(name string, cfg clientConfig) (benchClient, error) {
+	method := cmp.Or(cfg.Method, http.MethodGet)
 	switch name {
-	case clientNetHTTP, clientNetHTTPNoKA:
-		tr := &http.Transport{
-			DialContext:         cfg.Dialer.DialContext,
-			MaxConnsPerHost:     cfg.C,
-			MaxIdleConnsPerHost: cfg.C,
-			MaxIdleConns:        0, // no limit
-			DisableKeepAlives:   name == clientNetHTTPNoKA,
-			ForceAttemptHTTP2:   false,
+	case clientNetHTTP, clientNetHTTPNoKA, clientNetHTTPH1, clientNetHTTPH2, clientNetHTTPDefaults:
+		var tr *http.Transport
+		if name == clientNetHTTPDefaults {
+			tr = http.DefaultTransport.(*http.Transport).Clone()
+			tr.DialContext = cfg.Dialer.DialContext
+		} else {
+			tr = &http.Transport{
+				DialContext:         cfg.Dialer.DialContext,
+				MaxConnsPerHost:     cfg.C,
+				MaxIdleConnsPerHost: cfg.C,
+				MaxIdleConns:        0, // no limit
+				DisableKeepAlives:   name == clientNetHTTPNoKA,
+				ForceAttemptHTTP2:   name == clientNetHTTPH2,
+			}
+		}
+		if cfg.TLS != nil {
+			tr.TLSClientConfig = cfg.TLS.Clone()
+		}
+		if name == clientNetHTTPH1 {
+			tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{} // HTTP/2 off
 		}
 		return &httpClient{
 			// No Client.Timeout: the run's context bounds every request. For a
 			// RoundTripper other than *http.Transport, http.Client implements
 			// Timeout with a goroutine and a timer per request, which would
 			// measure http.Client rather than the transport.
-			client:    &http.Client{Transport: tr},
-			url:       "http://" + cfg.Addr + "/",
+			client:    newHTTPClient(tr),
+			targets:   newTargets(cfg),
+			method:    method,
+			reqBody:   cfg.ReqBody,
 			close:     tr.CloseIdleConnections,
 			poolStats: func() (poolStats, bool) { return poolStats{}, false },
 		}, nil
-	case clientPipelined, clientPipelinedNoKA:
-		return newPipelinedClient(cfg, name == clientPipelinedNoKA)
-	case clientFastHost:
-		hc := &fasthttp.HostClient{
-			Addr:               cfg.Addr,
-			MaxConns:           cfg.C,
-			MaxConnWaitTimeout: cfg.Timeout,
-			ReadTimeout:        cfg.Timeout,
-			WriteTimeout:       cfg.Timeout,
-			Dial:               cfg.Dialer.Dial,
+	case clientPipelined, clientPipelinedNoKA, clientPipelinedDefaults, clientPipelinedH1, clientPipelinedH2:
+		return newPipelinedClient(name, cfg)
+	case clientFastHost, clientFastPipeline:
+		if cfg.URL != "" {
+			return nil, fmt.Errorf("%w with -url", errUnsupported)
 		}
-		return &fastClient{do: hc.Do, url: "http://" + cfg.Addr + "/", close: hc.CloseIdleConnections}, nil
-	case clientFastPipeline:
-		pc := &fasthttp.PipelineClient{
-			Addr:                cfg.Addr,
-			MaxConns:            cfg.C,
-			MaxPendingRequests:  cfg.K,
-			ReadTimeout:         cfg.Timeout,
-			WriteTimeout:        cfg.Timeout,
-			MaxIdleConnDuration: time.Second, // no Close method: let it go soon
-			Dial:                cfg.Dialer.Dial,
+		fc := &fastClient{targets: newTargets(cfg), method: method, reqBody: cfg.ReqBody, close: func() {}}
+		switch {
+		case name == clientFastHost && len(cfg.Addrs) > 1:
+			// Many hosts: fasthttp.Client keeps a HostClient per host.
+			c := &fasthttp.Client{
+				MaxConnsPerHost:    cfg.C,
+				MaxConnWaitTimeout: cfg.Timeout,
+				ReadTimeout:        cfg.Timeout,
+				WriteTimeout:       cfg.Timeout,
+				Dial:               cfg.Dialer.Dial,
+				TLSConfig:          cfg.TLS,
+			}
+			fc.do, fc.close = c.Do, c.CloseIdleConnections
+		case name == clientFastHost:
+			hc := &fasthttp.HostClient{
+				Addr:               cfg.Addrs[0],
+				MaxConns:           cfg.C,
+				MaxConnWaitTimeout: cfg.Timeout,
+				ReadTimeout:        cfg.Timeout,
+				WriteTimeout:       cfg.Timeout,
+				Dial:               cfg.Dialer.Dial,
+				IsTLS:              cfg.TLS != nil,
+				TLSConfig:          cfg.TLS,
+			}
+			fc.do, fc.close = hc.Do, hc.CloseIdleConnections
+		case len(cfg.Addrs) > 1:
+			return nil, fmt.Errorf("%w: fasthttp.PipelineClient talks to one host", errUnsupported)
+		default:
+			pc := &fasthttp.PipelineClient{
+				Addr:                cfg.Addrs[0],
+				MaxConns:            cfg.C,
+				MaxPendingRequests:  cfg.K,
+				ReadTimeout:         cfg.Timeout,
+				WriteTimeout:        cfg.Timeout,
+				MaxIdleConnDuration: time.Second, // no Close method: let it go soon
+				Dial:                cfg.Dialer.Dial,
+				IsTLS:               cfg.TLS != nil,
+				TLSConfig:           cfg.TLS,
+			}
+			fc.do = pc.Do
 		}
-		return &fastClient{do: pc.Do, url: "http://" + cfg.Addr + "/", close: func() {}}, nil
+		return fc, nil
 	}
 	return nil, fmt.Errorf("unknown client %q", name)
+}
+
+// newHTTPClient wraps a RoundTripper in an http.Client that does not follow
+// redirects: a benchmark sends its load to the URL it names and nowhere
+// else (a redirect is counted as an error).
+func newHTTPClient(rt http.RoundTripper) *http.Client {
+	return &http.Client{
+		Transport:     rt,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
 }
 
 // poolStats is a client's connection pool at one moment (summed over
@@ -110,55 +233,67 @@ type poolStats struct {
 // httpClient drives an *http.Client.
 type httpClient struct {
 	client    *http.Client
-	url       string
+	targets   *targets
+	method    string
+	reqBody   []byte
 	close     func()
 	poolStats func() (poolStats, bool)
 }
 
-func (c *httpClient) Do(ctx context.Context) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url, nil)
+func (c *httpClient) Do(ctx context.Context) (int64, error) {
+	var body io.Reader
+	if len(c.reqBody) > 0 {
+		body = bytes.NewReader(c.reqBody) // sets ContentLength and GetBody
+	}
+	req, err := http.NewRequestWithContext(ctx, c.method, c.targets.next(), body)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	resp, err := c.client.Do(req)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	_, err = io.Copy(io.Discard, resp.Body)
+	n, err := io.Copy(io.Discard, resp.Body)
 	if cerr := resp.Body.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil && resp.StatusCode != http.StatusOK {
+	if err == nil && resp.StatusCode/100 != 2 {
 		err = fmt.Errorf("status %s", resp.Status)
 	}
-	return err
+	return n, err
 }
 
 func (c *httpClient) PoolStats() (poolStats, bool) { return c.poolStats() }
 func (c *httpClient) Close()                       { c.close() }
 
-// fastClient drives a fasthttp.HostClient or fasthttp.PipelineClient. The
-// request and response objects are pooled, as fasthttp users do.
+// fastClient drives a fasthttp.HostClient, fasthttp.Client or
+// fasthttp.PipelineClient. The request and response objects are pooled, as
+// fasthttp users do.
 type fastClient struct {
-	do    func(*fasthttp.Request, *fasthttp.Response) error
-	url   string
-	close func()
+	do      func(*fasthttp.Request, *fasthttp.Response) error
+	targets *targets
+	method  string
+	reqBody []byte
+	close   func()
 }
 
-func (c *fastClient) Do(ctx context.Context) error {
+func (c *fastClient) Do(ctx context.Context) (int64, error) {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI(c.url)
+	req.SetRequestURI(c.targets.next())
+	req.Header.SetMethod(c.method)
+	if len(c.reqBody) > 0 {
+		req.SetBody(c.reqBody)
+	}
 	if err := c.do(req, resp); err != nil {
-		return err
+		return 0, err
 	}
-	if sc := resp.StatusCode(); sc != fasthttp.StatusOK {
-		return fmt.Errorf("status %d", sc)
+	if sc := resp.StatusCode(); sc/100 != 2 {
+		return 0, fmt.Errorf("status %d", sc)
 	}
-	_ = resp.Body() // already read in full by fasthttp
-	return nil
+	return int64(len(resp.Body())), nil // already read in full by fasthttp
 }
 
 func (c *fastClient) PoolStats() (poolStats, bool) { return poolStats{}, false }

@@ -11,13 +11,18 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
+	"net/http"
 	"os"
 	"os/exec"
 	"runtime"
@@ -34,29 +39,110 @@ import (
 
 // scenario is one table: a server and the client parameters.
 type scenario struct {
-	Server string        `json:"server"`
+	Suite  string        `json:"suite,omitempty"`
+	Server string        `json:"server"` // serial, concurrent, or "url" (-url)
 	C      int           `json:"connections"`
 	K      int           `json:"pipelining"`
 	P      int           `json:"parallel"`
 	Delay  time.Duration `json:"delay_ns"`
 	Body   int           `json:"body_bytes"`
+
+	Method   string        `json:"method,omitempty"`             // "" means GET
+	ReqBody  int           `json:"request_body_bytes,omitempty"` // request body bytes
+	SlowFrac float64       `json:"slow_fraction,omitempty"`      // this fraction of responses waits Slow instead of Delay
+	Slow     time.Duration `json:"slow_ns,omitempty"`
+	Hosts    int           `json:"hosts,omitempty"` // listeners, requests spread over them in turn
+	TLS      bool          `json:"tls,omitempty"`
+	// Track counts on the server the requests that arrive twice.
+	Track bool `json:"track,omitempty"`
+	// Defaults: the clients are built from http.DefaultTransport's
+	// settings, C and K do not apply.
+	Defaults bool   `json:"defaults,omitempty"`
+	URL      string `json:"url,omitempty"` // -url: the server is the user's
+
+	// Clients are the scenario's rows when it names its own; duration, if
+	// set, replaces the options' duration when DURATION was not given.
+	Clients  []string `json:"-"`
+	duration time.Duration
 }
 
 func (s scenario) String() string {
-	return fmt.Sprintf("%s server, C=%d K=%d P=%d delay=%v body=%dB", s.Server, s.C, s.K, s.P, s.Delay, s.Body)
+	var b strings.Builder
+	if s.URL != "" {
+		fmt.Fprintf(&b, "%s %s, C=%d K=%d P=%d", cmp.Or(s.Method, http.MethodGet), s.URL, s.C, s.K, s.P)
+		return b.String()
+	}
+	if s.TLS {
+		b.WriteString("TLS ")
+	}
+	if s.Defaults {
+		fmt.Fprintf(&b, "%s server, clients' defaults P=%d", s.Server, s.P)
+	} else {
+		fmt.Fprintf(&b, "%s server, C=%d K=%d P=%d", s.Server, s.C, s.K, s.P)
+	}
+	if s.Hosts > 1 {
+		fmt.Fprintf(&b, " hosts=%d", s.Hosts)
+	}
+	fmt.Fprintf(&b, " delay=%v", s.Delay)
+	if s.SlowFrac > 0 {
+		fmt.Fprintf(&b, " (%g%% %v)", s.SlowFrac*100, s.Slow)
+	}
+	fmt.Fprintf(&b, " body=%s", fmtBytes(s.Body))
+	if s.Method != "" && s.Method != http.MethodGet {
+		fmt.Fprintf(&b, " %s", s.Method)
+		if s.ReqBody > 0 {
+			fmt.Fprintf(&b, " %s", fmtBytes(s.ReqBody))
+		}
+	}
+	return b.String()
+}
+
+// meanDelay is the mean time the server waits before a response.
+func (s scenario) meanDelay() time.Duration {
+	if s.SlowFrac <= 0 {
+		return s.Delay
+	}
+	return time.Duration((1-s.SlowFrac)*float64(s.Delay) + s.SlowFrac*float64(s.Slow))
 }
 
 // ideal is the best possible throughput (req/s) of the scenario with
-// pipelining, or 0 when there is no delay to bound it.
+// pipelining, or 0 when there is no delay to bound it (or the server is
+// not ours).
 func (s scenario) ideal() float64 {
-	if s.Delay <= 0 {
+	d := s.meanDelay()
+	if d <= 0 || s.URL != "" {
 		return 0
 	}
-	n := min(s.P, s.C)
-	if s.Server == modeConcurrent {
-		n = min(s.P, s.C*s.K)
+	if s.Defaults { // net/http's default: a connection per request
+		return float64(s.P) / d.Seconds()
 	}
-	return float64(n) / s.Delay.Seconds()
+	conns := s.C * max(1, s.Hosts)
+	n := min(s.P, conns)
+	if s.Server == modeConcurrent {
+		n = min(s.P, conns*s.K)
+	}
+	return float64(n) / d.Seconds()
+}
+
+// serverConfig is the configuration of the scenario's server child; cert
+// and key are the TLS files (for TLS scenarios).
+func (s scenario) serverConfig(cert, key string) serverConfig {
+	cfg := serverConfig{Mode: s.Server, Delay: s.Delay, Body: s.Body, SlowFrac: s.SlowFrac, Slow: s.Slow, Hosts: s.Hosts, Track: s.Track}
+	if s.TLS {
+		cfg.TLSCert, cfg.TLSKey = cert, key
+	}
+	return cfg
+}
+
+// fmtBytes prints a size the way the suites name them: 128B, 16KiB, 65537B.
+func fmtBytes(n int) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", n>>10)
+	}
+	return fmt.Sprintf("%dB", n)
 }
 
 // result is one client's measurement in one scenario.
@@ -70,17 +156,35 @@ type result struct {
 	ReqPerSec  float64  `json:"req_per_sec"`
 	P50Ms      float64  `json:"p50_ms"`
 	P99Ms      float64  `json:"p99_ms"`
+	P999Ms     float64  `json:"p999_ms"`
 	CPUPerReq  float64  `json:"cpu_us_per_req"` // client process user+sys
-	Ideal      float64  `json:"ideal_req_per_sec,omitempty"`
-	Ratio      float64  `json:"ratio_to_ideal,omitempty"`
-	MaxOpen    int      `json:"max_open_conns"` // Stats for pipelined, dial counter for others
+	// Response body bytes read, their rate (MB/s, 10^6 bytes) and the CPU
+	// per MB (µs).
+	Bytes    int64   `json:"body_bytes_read"`
+	MBPerSec float64 `json:"mb_per_sec"`
+	CPUPerMB float64 `json:"cpu_us_per_mb,omitempty"`
+	// From the server (tracked scenarios): requests received over the
+	// whole cell, distinct requests among them, and the share of extra ones.
+	ServerRequests int     `json:"server_requests,omitempty"`
+	ServerDistinct int     `json:"server_distinct,omitempty"`
+	DupRate        float64 `json:"duplicate_rate,omitempty"`
+	// At the end of the measured window: connections open and goroutines
+	// beyond those the cell started with (callers excluded).
+	OpenAtEnd       int64   `json:"open_at_end"`
+	GoroutinesAtEnd int     `json:"goroutines_at_end"`
+	Ideal           float64 `json:"ideal_req_per_sec,omitempty"`
+	Ratio           float64 `json:"ratio_to_ideal,omitempty"`
+	MaxOpen         int     `json:"max_open_conns"` // Stats for pipelined, dial counter for others
 	// From Transport.Stats (pipelined only): the largest numbers of
 	// requests in flight on connections and waiting for one.
 	MaxInFlight int    `json:"max_in_flight,omitempty"`
 	MaxQueued   int    `json:"max_queued,omitempty"`
 	Dials       int64  `json:"dials"`
 	Skipped     string `json:"skipped,omitempty"`
-	Rounds      int    `json:"rounds,omitempty"`
+	// StoppedAtBound: -url's request bound ended the cell before its
+	// duration.
+	StoppedAtBound bool `json:"stopped_at_bound,omitempty"`
+	Rounds         int  `json:"rounds,omitempty"`
 
 	lat []time.Duration // sorted latencies, for merging rounds
 	cpu time.Duration   // client CPU over the measured window
@@ -103,7 +207,13 @@ func (r *result) merge(b result) {
 	r.MaxOpen = max(r.MaxOpen, b.MaxOpen)
 	r.MaxInFlight = max(r.MaxInFlight, b.MaxInFlight)
 	r.MaxQueued = max(r.MaxQueued, b.MaxQueued)
+	r.StoppedAtBound = r.StoppedAtBound || b.StoppedAtBound
 	r.Dials += b.Dials
+	r.Bytes += b.Bytes
+	r.ServerRequests += b.ServerRequests
+	r.ServerDistinct += b.ServerDistinct
+	r.OpenAtEnd = max(r.OpenAtEnd, b.OpenAtEnd)
+	r.GoroutinesAtEnd = max(r.GoroutinesAtEnd, b.GoroutinesAtEnd)
 	r.lat = append(r.lat, b.lat...)
 	r.cpu += b.cpu
 	slices.Sort(r.lat)
@@ -118,9 +228,19 @@ func (r *result) finish() {
 	if len(r.lat) > 0 {
 		r.P50Ms = ms(percentile(r.lat, 0.50))
 		r.P99Ms = ms(percentile(r.lat, 0.99))
+		r.P999Ms = ms(percentile(r.lat, 0.999))
 	}
 	if r.Requests > 0 { // per successful request: failures are waste
 		r.CPUPerReq = float64(r.cpu.Microseconds()) / float64(r.Requests)
+	}
+	if r.Seconds > 0 {
+		r.MBPerSec = float64(r.Bytes) / 1e6 / r.Seconds
+	}
+	if r.Bytes > 0 {
+		r.CPUPerMB = float64(r.cpu.Microseconds()) / (float64(r.Bytes) / 1e6)
+	}
+	if r.ServerDistinct > 0 {
+		r.DupRate = float64(r.ServerRequests-r.ServerDistinct) / float64(r.ServerDistinct)
 	}
 	if r.Ideal > 0 {
 		r.Ratio = r.ReqPerSec / r.Ideal
@@ -139,6 +259,17 @@ type options struct {
 	noKeepAlive              string
 	jsonFile, plotFile       string
 	single                   bool // a scenario was given: run just that
+
+	suites      []string // the suites to run (when not single)
+	durationSet bool     // DURATION was given: it wins over a suite's own
+	clientsSet  bool     // CLIENTS was given: it wins over a suite's own rows
+	method      string   // -method (with -url)
+
+	// -url: the user's server instead of ours, at most maxRequests
+	// requests per client and scenario, after a warning and urlPause.
+	url         string
+	maxRequests int64
+	urlPause    time.Duration
 }
 
 // childEnv is set in the environment of the server child process.
@@ -160,7 +291,12 @@ func main() {
 	fJSON := flag.String("json", "", "write the results as JSON to `FILE`")
 	fRounds := flag.String("rounds", "", "split each client's DURATION into `N` rounds, the clients' order rotated every round (env ROUNDS, default 2)")
 	fCPUProfile := flag.String("cpuprofile", "", "write a CPU profile of the clients (not the server, a child process) to `FILE`")
-	fPlot := flag.String("plot", "", "draw req/s against P per client as SVG to `FILE.svg`")
+	fPlot := flag.String("plot", "", "draw req/s against P per client (MB/s against body size for the bodies suite) as SVG to `FILE.svg`")
+	fSuite := flag.String("suite", "", "comma list of suites to run (env SUITE, default \"default,concurrency\"): "+strings.Join(suiteNames, ", ")+", or all")
+	fURL := flag.String("url", "", "benchmark net/http against pipelined on the server at `URL` (http or https, yours: this sends load) instead of the embedded servers; -c, -k, -p, -duration, -rounds apply")
+	fMethod := flag.String("method", "", "with -url: GET or HEAD (env METHOD, default GET)")
+	fMaxReq := flag.String("max-requests", "", "with -url: at most `N` requests per client and scenario, over all rounds (env MAX_REQUESTS, default 10000, at most 1000000)")
+	fServeConfig := flag.String("serve-config", "", "internal: the -serve child's configuration as JSON")
 	fSoak := flag.String("soak", "", "run the soak instead of the benchmarks for `DURATION` (at most 60s; env SOAK): mixed GET/POST/HEAD through the pipelined Transport to a fault-injecting server; -c, -k, -p and -timeout apply (defaults 4, 8, 64, 5s)")
 	fSoakFaults := flag.String("soak-faults", "", "soak: probability of a fault per request (env SOAK_FAULTS, default 0.01)")
 	fSoakSeed := flag.String("soak-seed", "", "soak: seed of the faults and the mix of methods (env SOAK_SEED, default 1)")
@@ -173,11 +309,17 @@ func main() {
 Benchmarks net/http, pipelined, fasthttp.HostClient and fasthttp.PipelineClient
 against a local test server (127.0.0.1, child process) in a closed loop.
 
-Without C/K/P/DELAY the default suite runs: C=5 and delay 10ms with
-(K,P) = (10,10), (1,10), (10,50), (10,500) on both servers, then a
-zero-delay saturation run C=5 K=10 P=50 on both servers.
+Without C/K/P/DELAY the suites "default" and "concurrency" run: C=5 and
+delay 10ms with (K,P) = (10,10), (1,10), (10,50), (10,500) on both
+servers, then a zero-delay saturation run C=5 K=10 P=50 on both servers,
+then 24 callers of 300 ms requests (GET, then POST) with net/http's and
+pipelined's defaults. -suite picks other suites (see README.md).
 If any of C, K, P or DELAY is given (flag or environment), just that
 scenario runs (comma lists run every combination).
+
+With -url URL the same side-by-side table (net/http vs pipelined) runs
+against your server: it sends load to it, bounded by -duration and
+-max-requests.
 
 Flags override environment variables.
 
@@ -199,6 +341,9 @@ Flags override environment variables.
 	}
 	if *serve {
 		cfg, err := serverFlags(*fServer, *fDelay, *fBody)
+		if *fServeConfig != "" {
+			cfg, err = decodeServerConfig(*fServeConfig)
+		}
 		if err == nil {
 			err = serveChild(cfg)
 		}
@@ -244,6 +389,14 @@ Flags override environment variables.
 		os.Exit(2)
 	}
 	opts.jsonFile, opts.plotFile = *fJSON, *fPlot
+	if err := opts.setRunFlags(*fSuite, *fURL, *fMethod, *fMaxReq, *fDur, *fClients); err != nil {
+		fmt.Fprintln(os.Stderr, "benchmarks:", err)
+		os.Exit(2)
+	}
+	if opts.url != "" {
+		printURLWarning(os.Stderr, opts)
+		time.Sleep(opts.urlPause)
+	}
 	if err := run(opts, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "benchmarks:", err)
 		os.Exit(1)
@@ -434,6 +587,17 @@ func serverFlags(mode, delay, body string) (serverConfig, error) {
 // scenarios lists the scenarios to run, in order.
 func (o *options) scenarios() []scenario {
 	var out []scenario
+	if o.url != "" {
+		for _, c := range o.conns {
+			for _, k := range o.depths {
+				for _, p := range o.parallels {
+					out = append(out, scenario{Server: "url", URL: o.url, Method: o.method, C: c, K: k, P: p,
+						Clients: []string{clientNetHTTP, clientPipelined}})
+				}
+			}
+		}
+		return out
+	}
 	if o.single {
 		for _, d := range o.delays {
 			for _, c := range o.conns {
@@ -448,21 +612,22 @@ func (o *options) scenarios() []scenario {
 		}
 		return out
 	}
-	for _, kp := range [][2]int{{10, 10}, {1, 10}, {10, 50}, {10, 500}} {
-		for _, s := range o.servers {
-			out = append(out, scenario{Server: s, C: 5, K: kp[0], P: kp[1], Delay: 10 * time.Millisecond, Body: o.body})
-		}
-	}
-	for _, s := range o.servers {
-		out = append(out, scenario{Server: s, C: 5, K: 10, P: 50, Delay: 0, Body: o.body})
+	for _, name := range o.suites {
+		out = append(out, suiteScenarios(name, o)...)
 	}
 	return out
 }
 
 // clientsFor lists the clients of a scenario, adding the no-keepalive rows.
 func (o *options) clientsFor(sc scenario) []string {
+	if sc.URL != "" {
+		return sc.Clients
+	}
 	out := slices.Clone(o.clients)
-	if o.noKeepAlive == "on" || (o.noKeepAlive == "auto" && sc.Delay > 0) {
+	if sc.Clients != nil && !o.clientsSet {
+		out = slices.Clone(sc.Clients)
+	}
+	if o.noKeepAlive == "on" || (o.noKeepAlive == "auto" && sc.Delay > 0 && sc.Clients == nil) {
 		for _, n := range []string{clientNetHTTPNoKA, clientPipelinedNoKA} {
 			if !slices.Contains(out, n) {
 				out = append(out, n)
@@ -473,8 +638,12 @@ func (o *options) clientsFor(sc scenario) []string {
 }
 
 func run(o *options, out io.Writer) error {
-	fmt.Fprintf(out, "benchmarks: %s %s/%s GOMAXPROCS=%d, %d rounds of %v per client (+%v warm-up each, order rotated), server in a child process\n",
-		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), o.rounds, o.duration, o.warmup)
+	where := "server in a child process"
+	if o.url != "" {
+		where = "against " + o.url
+	}
+	fmt.Fprintf(out, "benchmarks: %s %s/%s GOMAXPROCS=%d, %d rounds of %v per client (+%v warm-up each, order rotated), %s\n",
+		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), o.rounds, o.duration, o.warmup, where)
 	var all []result
 	servers := map[serverConfig]*childServer{}
 	defer func() {
@@ -482,15 +651,37 @@ func run(o *options, out io.Writer) error {
 			s.Close()
 		}
 	}()
-	for _, sc := range o.scenarios() {
-		cfg := serverConfig{Mode: sc.Server, Delay: sc.Delay, Body: sc.Body}
-		srv := servers[cfg]
-		if srv == nil {
-			var err error
-			if srv, err = startChildServer(cfg); err != nil {
-				return err
+	scs := o.scenarios()
+	var certFile, keyFile string
+	var roots *x509.CertPool
+	if slices.ContainsFunc(scs, func(sc scenario) bool { return sc.TLS }) {
+		dir, err := os.MkdirTemp("", "pipelined-benchmarks-tls")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		if certFile, keyFile, roots, err = writeTestCert(dir); err != nil {
+			return err
+		}
+	}
+	for _, sc := range scs {
+		var base clientConfig
+		if sc.URL != "" {
+			base.URL = sc.URL
+		} else {
+			cfg := sc.serverConfig(certFile, keyFile)
+			srv := servers[cfg]
+			if srv == nil {
+				var err error
+				if srv, err = startChildServer(cfg); err != nil {
+					return err
+				}
+				servers[cfg] = srv
 			}
-			servers[cfg] = srv
+			base.Addrs = srv.Addrs
+			if sc.TLS {
+				base.TLS = &tls.Config{RootCAs: roots}
+			}
 		}
 		// Each client runs o.rounds times, the order rotated every round,
 		// so that a drift of the machine or the server over the scenario
@@ -500,7 +691,7 @@ func run(o *options, out io.Writer) error {
 		for round := range o.rounds {
 			for j := range names {
 				i := (j + round) % len(names)
-				rows[i].merge(runCell(sc, names[i], srv.Addr, o))
+				rows[i].merge(runCell(sc, names[i], base, o))
 			}
 		}
 		printTable(out, sc, rows)
@@ -541,7 +732,8 @@ func writeJSON(file string, rs []result, o *options) error {
 
 // childServer is a test server in a child process.
 type childServer struct {
-	Addr  string
+	Addr  string   // the first listener
+	Addrs []string // every listener (host:port)
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 }
@@ -551,7 +743,7 @@ func startChildServer(cfg serverConfig) (*childServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(exe, "-serve", "-server", cfg.Mode, "-delay", cfg.Delay.String(), "-body", strconv.Itoa(cfg.Body))
+	cmd := exec.Command(exe, "-serve", "-serve-config", encodeServerConfig(cfg))
 	cmd.Stderr = os.Stderr
 	cmd.Env = append(os.Environ(), childEnv+"=1") // lets a test binary act as the child
 	stdin, err := cmd.StdinPipe()
@@ -583,7 +775,8 @@ func startChildServer(cfg serverConfig) (*childServer, error) {
 			s.Close()
 			return nil, fmt.Errorf("server child: unexpected %q (%v)", l.s, l.err)
 		}
-		s.Addr = addr
+		s.Addrs = strings.Split(addr, ",")
+		s.Addr = s.Addrs[0]
 	case <-time.After(10 * time.Second):
 		s.Close()
 		return nil, errors.New("server child did not start in 10s")
@@ -615,32 +808,53 @@ func cpuTime() time.Duration {
 
 // runCell measures one client in one scenario: P goroutines each send a
 // request, read the whole response and repeat. The warm-up (o.warmup, and
-// until every goroutine has had a response) is not measured; then for o.duration the requests that finish are counted (with
-// their latency) and the process CPU time is taken. At the end the
+// until every goroutine has had a response) is not measured; then for the
+// cell's duration the requests that finish are counted (with their latency
+// and body bytes) and the process CPU time is taken. At the end the
 // requests still in flight are cancelled (net/http, pipelined) or waited
-// for (fasthttp), unmeasured.
-func runCell(sc scenario, name, addr string, o *options) result {
+// for (fasthttp), unmeasured. With -url the cell also stops after its
+// share of o.maxRequests requests.
+func runCell(sc scenario, name string, base clientConfig, o *options) result {
 	r := result{Scenario: sc, Client: name, Ideal: sc.ideal()}
 	dc := newDialCounter()
-	k := sc.K
+	cfg := base
+	cfg.C, cfg.K, cfg.Timeout, cfg.Dialer, cfg.Method = sc.C, sc.K, o.timeout, dc, sc.Method
 	if isNoKeepAlive(name) {
-		k = 1
+		cfg.K = 1
 	}
-	cl, err := newClient(name, clientConfig{Addr: addr, C: sc.C, K: k, Timeout: o.timeout, Dialer: dc})
+	if sc.ReqBody > 0 {
+		cfg.ReqBody = bytes.Repeat([]byte("r"), sc.ReqBody)
+	}
+	if sc.Track {
+		cfg.Cell = newCellID()
+	}
+	runtime.GC() // the previous cell's garbage
+	g0 := runtime.NumGoroutine()
+	cl, err := newClient(name, cfg)
 	if err != nil {
 		r.Skipped = err.Error()
 		return r
 	}
 	defer cl.Close()
-	runtime.GC() // the previous cell's garbage
+	duration := o.duration
+	if sc.duration > 0 && !o.durationSet {
+		duration = sc.duration / time.Duration(o.rounds)
+	}
+	var limit int64 // requests this cell may send (-url), 0: no limit
+	if sc.URL != "" {
+		limit = max(1, o.maxRequests/int64(o.rounds))
+	}
 
 	var (
 		stop     atomic.Bool
+		sent     atomic.Int64
+		running  atomic.Int64
 		nerr     atomic.Int64
 		errOnce  sync.Once
 		firstErr string
 		wg       sync.WaitGroup
 		lat      = make([][]time.Duration, sc.P)
+		nbytes   = make([]int64, sc.P)
 	)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -651,15 +865,20 @@ func runCell(sc scenario, name, addr string, o *options) result {
 	from.Store(math.MaxInt64)
 	to.Store(math.MaxInt64)
 	start := time.Now()
+	running.Store(int64(sc.P))
 	for i := range sc.P {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer running.Add(-1)
 			l := make([]time.Duration, 0, 256)
 			first := true
 			for !stop.Load() {
+				if limit > 0 && sent.Add(1) > limit {
+					break
+				}
 				t0 := time.Now()
-				err := cl.Do(ctx)
+				n, err := cl.Do(ctx)
 				t1 := time.Now()
 				if first {
 					first = false
@@ -674,24 +893,25 @@ func runCell(sc scenario, name, addr string, o *options) result {
 					continue
 				}
 				l = append(l, t1.Sub(t0))
+				nbytes[i] += n
 			}
 			lat[i] = l
 		}()
 	}
 
 	time.Sleep(o.warmup)
-	for limit := time.Now().Add(o.timeout); warmedUp.Load() < int64(sc.P) && time.Now().Before(limit); {
+	for limit := time.Now().Add(o.timeout); warmedUp.Load() < int64(sc.P) && running.Load() > 0 && time.Now().Before(limit); {
 		time.Sleep(5 * time.Millisecond)
 	}
 	dc.reset()
 	cpu0, t0 := cpuTime(), time.Now()
-	end := t0.Add(o.duration)
+	end := t0.Add(duration)
 	from.Store(int64(t0.Sub(start)))
 	to.Store(int64(end.Sub(start)))
 	// Sample the client's own count of open connections.
 	maxOpen := 0
 	_, hasStats := cl.PoolStats()
-	for now := time.Now(); now.Before(end); now = time.Now() {
+	for now := time.Now(); now.Before(end) && running.Load() > 0; now = time.Now() {
 		if hasStats {
 			ps, _ := cl.PoolStats()
 			maxOpen = max(maxOpen, ps.Open)
@@ -701,23 +921,38 @@ func runCell(sc scenario, name, addr string, o *options) result {
 		time.Sleep(min(5*time.Millisecond, end.Sub(now)))
 	}
 	cpu, elapsed := cpuTime()-cpu0, time.Since(t0)
+	r.StoppedAtBound = limit > 0 && running.Load() == 0 && elapsed < duration
 	r.Dials = dc.dials.Load()
+	r.OpenAtEnd = dc.open.Load()
+	r.GoroutinesAtEnd = max(0, runtime.NumGoroutine()-g0-int(running.Load()))
 	if !hasStats {
 		maxOpen = int(dc.maxOpen.Load())
 	}
 	stop.Store(true)
 	cancel()
 	wg.Wait()
+	if sc.Track {
+		n, d, err := fetchServerCount(base.Addrs[0], cfg.Cell)
+		if err != nil && r.FirstError == "" {
+			r.FirstError = "server count: " + err.Error()
+		}
+		r.ServerRequests, r.ServerDistinct = n, d
+	}
 
 	var all []time.Duration
 	for _, l := range lat {
 		all = append(all, l...)
 	}
 	slices.Sort(all)
+	for _, n := range nbytes {
+		r.Bytes += n
+	}
 	r.Seconds = elapsed.Seconds()
 	r.Requests = int64(len(all))
 	r.Errors = nerr.Load()
-	r.FirstError = firstErr
+	if firstErr != "" {
+		r.FirstError = firstErr
+	}
 	r.lat, r.cpu = all, cpu
 	r.finish()
 	r.MaxOpen = maxOpen
@@ -731,23 +966,39 @@ func percentile(sorted []time.Duration, q float64) time.Duration {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
+// printTable prints one scenario's rows, with the columns the scenario
+// calls for, the notes, and the ratios of each pipelined row to its peers.
 func printTable(out io.Writer, sc scenario, rows []result) {
 	ideal := "-"
 	if v := sc.ideal(); v > 0 {
 		ideal = fmt.Sprintf("%.0f req/s", v)
 	}
 	fmt.Fprintf(out, "\n== %s   ideal %s\n", sc, ideal)
+	tail := sc.SlowFrac > 0 || sc.Track
+	bytesCols := sc.Body >= 16<<10 || sc.URL != ""
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	w := len("client")
 	for _, r := range rows {
 		w = max(w, len(r.Client))
 	}
 	name := func(s string) string { return fmt.Sprintf("%-*s", w, s) }
-	fmt.Fprintln(tw, name("client")+"\treq/s\tp50\tp99\tCPU/req\terrors\tvs ideal\tmax conns\tdials\t")
+	cols := []string{name("client"), "req/s", "p50", "p99"}
+	if tail {
+		cols = append(cols, "p99.9")
+	}
+	cols = append(cols, "CPU/req")
+	if bytesCols {
+		cols = append(cols, "MB/s", "CPU/MB")
+	}
+	if sc.Track {
+		cols = append(cols, "dup %")
+	}
+	cols = append(cols, "errors", "vs ideal", "max conns", "dials")
+	fmt.Fprintln(tw, strings.Join(cols, "\t")+"\t")
 	var notes []string
 	for _, r := range rows {
 		if r.Skipped != "" {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t-\t\n", name(r.Client))
+			fmt.Fprintln(tw, name(r.Client)+strings.Repeat("\t-", len(cols)-1)+"\t")
 			notes = append(notes, fmt.Sprintf("%s skipped: %s", r.Client, r.Skipped))
 			continue
 		}
@@ -755,10 +1006,34 @@ func printTable(out io.Writer, sc scenario, rows []result) {
 		if r.Ideal > 0 {
 			ratio = fmt.Sprintf("%.2f", r.Ratio)
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%.1fµs\t%d\t%s\t%d\t%d\t\n",
-			name(r.Client), r.ReqPerSec, fmtMs(r.P50Ms), fmtMs(r.P99Ms), r.CPUPerReq, r.Errors, ratio, r.MaxOpen, r.Dials)
+		vals := []string{name(r.Client), fmt.Sprintf("%.0f", r.ReqPerSec), fmtMs(r.P50Ms), fmtMs(r.P99Ms)}
+		if tail {
+			vals = append(vals, fmtMs(r.P999Ms))
+		}
+		vals = append(vals, fmt.Sprintf("%.1fµs", r.CPUPerReq))
+		if bytesCols {
+			mbs := fmt.Sprintf("%.0f", r.MBPerSec)
+			if r.MBPerSec < 10 {
+				mbs = fmt.Sprintf("%.2f", r.MBPerSec)
+			}
+			vals = append(vals, mbs, fmtMs(r.CPUPerMB/1000))
+		}
+		if sc.Track {
+			vals = append(vals, fmt.Sprintf("%.2f", 100*r.DupRate))
+		}
+		vals = append(vals, strconv.FormatInt(r.Errors, 10), ratio, strconv.Itoa(r.MaxOpen), strconv.FormatInt(r.Dials, 10))
+		fmt.Fprintln(tw, strings.Join(vals, "\t")+"\t")
 		if r.MaxInFlight > 0 || r.MaxQueued > 0 {
 			notes = append(notes, fmt.Sprintf("%s Stats: max %d open, %d in flight, %d queued", r.Client, r.MaxOpen, r.MaxInFlight, r.MaxQueued))
+		}
+		if sc.Hosts > 1 {
+			notes = append(notes, fmt.Sprintf("%s at the end of the window: %d connections open, %d goroutines besides the callers", r.Client, r.OpenAtEnd, r.GoroutinesAtEnd))
+		}
+		if sc.Track {
+			notes = append(notes, fmt.Sprintf("%s server side: %d requests, %d distinct", r.Client, r.ServerRequests, r.ServerDistinct))
+		}
+		if r.StoppedAtBound {
+			notes = append(notes, fmt.Sprintf("%s stopped at the request bound (-max-requests) before the end of its duration", r.Client))
 		}
 		if r.FirstError != "" {
 			notes = append(notes, fmt.Sprintf("%s first error: %s", r.Client, r.FirstError))
@@ -768,6 +1043,38 @@ func printTable(out io.Writer, sc scenario, rows []result) {
 	for _, n := range notes {
 		fmt.Fprintln(out, "  ", n)
 	}
+	for _, l := range ratioLines(rows, tail) {
+		fmt.Fprintln(out, "  ", l)
+	}
+}
+
+// ratioLines compares each pipelined row with its peers in the same table
+// (same run, same scenario): req/s, CPU per request (per byte too, the
+// bodies being equal) and p99 (p99.9 with tail), as pipelined ÷ peer. A
+// no-keepalive row is compared with no-keepalive peers only.
+func ratioLines(rows []result, tail bool) []string {
+	ok := func(r result) bool { return r.Skipped == "" && r.Requests > 0 }
+	var out []string
+	for _, p := range rows {
+		if !isPipelined(p.Client) || !ok(p) {
+			continue
+		}
+		var parts []string
+		for _, q := range rows {
+			if isPipelined(q.Client) || !ok(q) || isNoKeepAlive(p.Client) != isNoKeepAlive(q.Client) {
+				continue
+			}
+			part := fmt.Sprintf("/ %s: req/s %.2f, CPU/req %.2f, p99 %.2f", q.Client, p.ReqPerSec/q.ReqPerSec, p.CPUPerReq/q.CPUPerReq, p.P99Ms/q.P99Ms)
+			if tail {
+				part += fmt.Sprintf(", p99.9 %.2f", p.P999Ms/q.P999Ms)
+			}
+			parts = append(parts, part)
+		}
+		if len(parts) > 0 {
+			out = append(out, p.Client+" "+strings.Join(parts, "; "))
+		}
+	}
+	return out
 }
 
 func fmtMs(v float64) string {

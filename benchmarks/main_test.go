@@ -34,7 +34,7 @@ func TestClientsAgainstServers(t *testing.T) {
 		}
 		for _, name := range allClients {
 			t.Run(mode+"/"+name, func(t *testing.T) {
-				cl, err := newClient(name, clientConfig{Addr: srv.Addr, C: 2, K: 3, Timeout: 10 * time.Second, Dialer: newDialCounter()})
+				cl, err := newClient(name, clientConfig{Addrs: []string{srv.Addr}, C: 2, K: 3, Timeout: 10 * time.Second, Dialer: newDialCounter()})
 				if err != nil {
 					t.Skip(err)
 				}
@@ -44,7 +44,7 @@ func TestClientsAgainstServers(t *testing.T) {
 				for range 3 {
 					errs := make(chan error, 4)
 					for range 4 {
-						go func() { errs <- cl.Do(context.Background()) }()
+						go func() { _, err := cl.Do(context.Background()); errs <- err }()
 					}
 					for range 4 {
 						if err := <-errs; err != nil {
@@ -120,7 +120,7 @@ func TestRun(t *testing.T) {
 	if err := json.Unmarshal(b, &doc); err != nil {
 		t.Fatal(err)
 	}
-	if want := 2 * 2 * len(allClients); len(doc.Results) != want {
+	if want := 2 * 2 * 6; len(doc.Results) != want { // 2 servers, 2 P, 4 clients + 2 no-keepalive rows
 		t.Fatalf("%d results, want %d", len(doc.Results), want)
 	}
 	for _, r := range doc.Results {
@@ -171,5 +171,71 @@ func TestDelayer(t *testing.T) {
 	}
 	if mean := sum / n; mean < delay/2 || mean > 2*delay {
 		t.Errorf("mean real delay = %v, want about %v", mean, delay)
+	}
+}
+
+// TestSuites runs every suite once, very briefly (50 ms per client): every
+// row runs (but the HTTP/2 hook) and, where responses come faster than the
+// window, serves requests; the slow suite's server counts requests.
+func TestSuites(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts many servers")
+	}
+	o, err := parseOptions("", "", "", "", "50ms", "0s", "10s", "", "", "", "", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.setRunFlags("all", "", "", "", "50ms", ""); err != nil {
+		t.Fatal(err)
+	}
+	if len(o.suites) != len(suiteNames) {
+		t.Fatalf("suites %v, want %v", o.suites, suiteNames)
+	}
+	o.jsonFile = filepath.Join(t.TempDir(), "s.json")
+	o.plotFile = filepath.Join(t.TempDir(), "s.svg")
+	var out strings.Builder
+	if err := run(o, &out); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + out.String())
+	b, err := os.ReadFile(o.jsonFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct{ Results []result }
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	suites := map[string]bool{}
+	for _, r := range doc.Results {
+		suites[r.Scenario.Suite] = true
+		if r.Client == clientPipelinedH2 {
+			if r.Skipped == "" {
+				t.Errorf("%s: the HTTP/2 hook ran; update this test", r.Client)
+			}
+			continue
+		}
+		if r.Skipped != "" {
+			t.Errorf("%s %s skipped: %s", r.Scenario, r.Client, r.Skipped)
+			continue
+		}
+		if r.Scenario.Delay < 100*time.Millisecond && r.Requests == 0 {
+			t.Errorf("%s %s: no requests (errors %d: %s)", r.Scenario, r.Client, r.Errors, r.FirstError)
+		}
+		if r.Scenario.Track && (r.ServerDistinct == 0 || r.ServerRequests < r.ServerDistinct) {
+			t.Errorf("%s %s: server counted %d requests, %d distinct", r.Scenario, r.Client, r.ServerRequests, r.ServerDistinct)
+		}
+		if r.Scenario.Body > 0 && r.Requests > 0 && r.Bytes != int64(r.Scenario.Body)*r.Requests {
+			t.Errorf("%s %s: %d body bytes for %d requests", r.Scenario, r.Client, r.Bytes, r.Requests)
+		}
+	}
+	for _, s := range suiteNames {
+		if !suites[s] {
+			t.Errorf("suite %s: no results", s)
+		}
+	}
+	svg, err := os.ReadFile(o.plotFile)
+	if err != nil || !strings.Contains(string(svg), "MB/s") {
+		t.Errorf("the plot has no bodies panel (%v)", err)
 	}
 }

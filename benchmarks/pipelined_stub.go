@@ -6,6 +6,6 @@ import "errors"
 
 // Built with -tags nopipelined: the library is left out (for when the root
 // package does not build).
-func newPipelinedClient(cfg clientConfig, disableKeepAlives bool) (benchClient, error) {
+func newPipelinedClient(name string, cfg clientConfig) (benchClient, error) {
 	return nil, errors.New("built with -tags nopipelined")
 }

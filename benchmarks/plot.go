@@ -6,16 +6,62 @@ import (
 	"html"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
 
-// plotGroup is one panel: the scenarios that differ only in P.
+// plotGroup is one panel: the scenarios that differ only in P, or, for
+// the bodies suite, only in the body size.
 type plotGroup struct {
-	Server string
-	C, K   int
-	Delay  time.Duration
-	Body   int
+	Suite    string
+	Server   string
+	C, K     int
+	Delay    time.Duration
+	Body     int // 0 in a bodies panel
+	Method   string
+	Hosts    int
+	TLS      bool
+	SlowFrac float64
+	Defaults bool
+}
+
+// bySize reports whether the panel plots MB/s against the body size
+// instead of req/s against P.
+func (g plotGroup) bySize() bool { return g.Suite == "bodies" }
+
+// x and y are a result's coordinates in its panel.
+func (g plotGroup) x(r result) int {
+	if g.bySize() {
+		return r.Scenario.Body
+	}
+	return r.Scenario.P
+}
+
+func (g plotGroup) y(r result) float64 {
+	if g.bySize() {
+		return r.MBPerSec
+	}
+	return r.ReqPerSec
+}
+
+func (g plotGroup) title() string {
+	sc := scenario{Server: g.Server, C: g.C, K: g.K, P: 0, Delay: g.Delay, Body: g.Body, Method: g.Method,
+		Hosts: g.Hosts, TLS: g.TLS, SlowFrac: g.SlowFrac, Defaults: g.Defaults}
+	t := strings.Replace(sc.String(), " P=0", "", 1)
+	t = strings.Replace(t, " clients' defaults", " defaults", 1)
+	if g.bySize() {
+		t = strings.Replace(t, " body=0B", "", 1) + ", MB/s"
+	}
+	return t
+}
+
+func groupOf(s scenario) plotGroup {
+	g := plotGroup{s.Suite, s.Server, s.C, s.K, s.Delay, s.Body, s.Method, s.Hosts, s.TLS, s.SlowFrac, s.Defaults}
+	if g.bySize() {
+		g.Body = 0
+	}
+	return g
 }
 
 var clientColors = map[string]string{
@@ -25,6 +71,13 @@ var clientColors = map[string]string{
 	clientFastPipeline:  "#ff7f0e",
 	clientNetHTTPNoKA:   "#9467bd",
 	clientPipelinedNoKA: "#8c564b",
+
+	clientNetHTTPDefaults:   "#17becf",
+	clientPipelinedDefaults: "#e377c2",
+	clientNetHTTPH2:         "#7f7f7f",
+	clientNetHTTPH1:         "#1f77b4",
+	clientPipelinedH2:       "#bcbd22",
+	clientPipelinedH1:       "#d62728",
 }
 
 // plotSVG draws throughput against P, one line per client, one panel per
@@ -36,15 +89,14 @@ func plotSVG(rs []result) string {
 		if r.Skipped != "" {
 			continue
 		}
-		s := r.Scenario
-		g := plotGroup{s.Server, s.C, s.K, s.Delay, s.Body}
+		g := groupOf(r.Scenario)
 		byGroup[g] = append(byGroup[g], r)
 	}
 	var groups []plotGroup
 	for g, rows := range byGroup {
 		ps := map[int]bool{}
 		for _, r := range rows {
-			ps[r.Scenario.P] = true
+			ps[g.x(r)] = true
 		}
 		if len(ps) > 1 {
 			groups = append(groups, g)
@@ -57,6 +109,7 @@ func plotSVG(rs []result) string {
 	}
 	slices.SortFunc(groups, func(a, b plotGroup) int {
 		return cmp.Or(
+			cmp.Compare(slices.Index(suiteNames, a.Suite), slices.Index(suiteNames, b.Suite)),
 			-cmp.Compare(a.Delay, b.Delay), -cmp.Compare(a.K, b.K), cmp.Compare(a.C, b.C),
 			cmp.Compare(a.Body, b.Body), cmp.Compare(serverOrder(a.Server), serverOrder(b.Server)))
 	})
@@ -87,7 +140,7 @@ func plotSVG(rs []result) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", W, H, W, H)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
-	fmt.Fprintf(&b, `<text x="%d" y="20" font-size="15" font-weight="bold">Throughput (req/s) against parallel goroutines P</text>`+"\n", 10)
+	fmt.Fprintf(&b, `<text x="%d" y="20" font-size="15" font-weight="bold">Throughput: req/s against parallel goroutines P (bodies: MB/s against body size)</text>`+"\n", 10)
 	for i, c := range clients {
 		x := 10 + (i%3)*(W/3)
 		y := legendH + (i/3)*legendRow
@@ -105,10 +158,13 @@ func plotSVG(rs []result) string {
 		var ps []int
 		maxY := 0.0
 		for _, r := range rows {
-			if !slices.Contains(ps, r.Scenario.P) {
-				ps = append(ps, r.Scenario.P)
+			if !slices.Contains(ps, g.x(r)) {
+				ps = append(ps, g.x(r))
 			}
-			maxY = max(maxY, r.ReqPerSec, r.Ideal)
+			maxY = max(maxY, g.y(r))
+			if !g.bySize() {
+				maxY = max(maxY, r.Ideal)
+			}
 		}
 		slices.Sort(ps)
 		yTop, yStep := niceScale(maxY)
@@ -123,7 +179,7 @@ func plotSVG(rs []result) string {
 		}
 		yOf := func(v float64) float64 { return y0 - v/yTop*(y0-y1) }
 
-		title := fmt.Sprintf("%s server, C=%d K=%d delay=%v body=%dB", g.Server, g.C, g.K, g.Delay, g.Body)
+		title := g.title()
 		fmt.Fprintf(&b, `<text x="%.0f" y="%d" font-weight="bold">%s</text>`+"\n", x0, oy+mt-14, html.EscapeString(title))
 		fmt.Fprintf(&b, `<rect x="%.0f" y="%.0f" width="%.0f" height="%.0f" fill="none" stroke="#888"/>`+"\n", x0, y1, x1-x0, y0-y1)
 		for v := 0.0; v <= yTop+yStep/2; v += yStep {
@@ -134,15 +190,23 @@ func plotSVG(rs []result) string {
 		for _, p := range ps {
 			x := xOf(p)
 			fmt.Fprintf(&b, `<line x1="%.1f" y1="%.0f" x2="%.1f" y2="%.0f" stroke="#ddd"/>`, x, y0, x, y1)
-			fmt.Fprintf(&b, `<text x="%.1f" y="%.0f" text-anchor="middle">%d</text>`+"\n", x, y0+16, p)
+			label := strconv.Itoa(p)
+			if g.bySize() {
+				label = fmtBytes(p)
+			}
+			fmt.Fprintf(&b, `<text x="%.1f" y="%.0f" text-anchor="middle">%s</text>`+"\n", x, y0+16, label)
 		}
-		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="middle">P (log scale)</text>`+"\n", (x0+x1)/2, y0+34)
+		axis := "P (log scale)"
+		if g.bySize() {
+			axis = "response body (log scale)"
+		}
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="middle">%s</text>`+"\n", (x0+x1)/2, y0+34, axis)
 
 		// The ideal, dashed.
 		var ideal []string
 		for _, p := range ps {
 			for _, r := range rows {
-				if r.Scenario.P == p && r.Ideal > 0 {
+				if !g.bySize() && g.x(r) == p && r.Ideal > 0 {
 					ideal = append(ideal, fmt.Sprintf("%.1f,%.1f", xOf(p), yOf(r.Ideal)))
 					break
 				}
@@ -163,8 +227,8 @@ func plotSVG(rs []result) string {
 			var pts []string
 			for _, p := range ps {
 				for _, r := range rows {
-					if r.Client == c && r.Scenario.P == p {
-						pts = append(pts, fmt.Sprintf("%.1f,%.1f", xOf(p), yOf(r.ReqPerSec)))
+					if r.Client == c && g.x(r) == p {
+						pts = append(pts, fmt.Sprintf("%.1f,%.1f", xOf(p), yOf(g.y(r))))
 					}
 				}
 			}

@@ -3,14 +3,18 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -26,46 +30,182 @@ const (
 	modeConcurrent = "concurrent"
 )
 
-// serverConfig describes one test server.
+// serverConfig describes one test server. It is comparable: the parent
+// keeps one child per configuration.
 type serverConfig struct {
 	Mode  string
-	Delay time.Duration // per response
+	Delay time.Duration // per response, on average
 	Body  int           // response body bytes
+	// SlowFrac of the responses (chosen at random) wait Slow instead of
+	// Delay.
+	SlowFrac float64       `json:",omitempty"`
+	Slow     time.Duration `json:",omitempty"`
+	// Hosts is the number of listeners (all on 127.0.0.1, each a "host" to
+	// the clients); 0 means 1.
+	Hosts int `json:",omitempty"`
+	// TLSCert and TLSKey are PEM files: when set the server speaks TLS. The
+	// serial server (net/http's) then offers h2 and http/1.1 by ALPN, the
+	// concurrent one http/1.1 only.
+	TLSCert, TLSKey string `json:",omitempty"`
+	// Track makes the serial server count requests by the "cell" and "id"
+	// query parameters the clients send, so that requests sent twice can be
+	// counted server side (GET /_bench/stats?cell=X answers "requests
+	// distinct").
+	Track bool `json:",omitempty"`
 }
 
 // testServer is a running test server.
 type testServer struct {
-	Addr  string // host:port on 127.0.0.1
+	Addr  string   // host:port on 127.0.0.1 (the first listener)
+	Addrs []string // every listener
 	close func() error
 }
 
 func (s *testServer) Close() error { return s.close() }
 
-// startServer starts a test server in this process on 127.0.0.1 at a random
-// port.
+// startServer starts a test server in this process on 127.0.0.1 at random
+// ports (cfg.Hosts listeners).
 func startServer(cfg serverConfig) (*testServer, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
+	var tlsCfg *tls.Config
+	if cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return nil, err
+		}
+		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}}
 	}
+	if cfg.Mode != modeSerial && cfg.Mode != modeConcurrent {
+		return nil, fmt.Errorf("unknown server mode %q (want %s or %s)", cfg.Mode, modeSerial, modeConcurrent)
+	}
+	if cfg.Track && cfg.Mode != modeSerial {
+		return nil, errors.New("request tracking needs the serial server")
+	}
+	var lns []net.Listener
+	closeAll := func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}
+	ts := &testServer{}
+	for range max(1, cfg.Hosts) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		lns = append(lns, ln)
+		ts.Addrs = append(ts.Addrs, ln.Addr().String())
+	}
+	ts.Addr = ts.Addrs[0]
 	body := bytes.Repeat([]byte("x"), cfg.Body)
+	plan := newDelayPlan(cfg)
 	switch cfg.Mode {
 	case modeSerial:
 		srv := &http.Server{
-			Handler:           serialHandler(cfg.Delay, body),
+			Handler:           serialHandler(plan, body, cfg.Track),
 			ReadHeaderTimeout: 30 * time.Second,
 			ErrorLog:          nil,
 		}
-		go srv.Serve(ln)
-		return &testServer{Addr: ln.Addr().String(), close: srv.Close}, nil
+		if tlsCfg != nil {
+			// h2 and http/1.1, so that HTTP/2 clients can be compared
+			// with HTTP/1.1 ones against the same server.
+			srv.TLSConfig = tlsCfg
+			var p http.Protocols
+			p.SetHTTP1(true)
+			p.SetHTTP2(true)
+			srv.Protocols = &p
+		}
+		for _, ln := range lns {
+			if tlsCfg != nil {
+				go srv.ServeTLS(ln, "", "")
+			} else {
+				go srv.Serve(ln)
+			}
+		}
+		ts.close = srv.Close
 	case modeConcurrent:
-		s := newConcurrentServer(ln, cfg.Delay, body)
-		go s.serve()
-		return &testServer{Addr: ln.Addr().String(), close: s.Close}, nil
-	default:
-		ln.Close()
-		return nil, fmt.Errorf("unknown server mode %q (want %s or %s)", cfg.Mode, modeSerial, modeConcurrent)
+		var servers []*concurrentServer
+		for _, ln := range lns {
+			if tlsCfg != nil {
+				c := tlsCfg.Clone()
+				c.NextProtos = []string{"http/1.1"}
+				ln = tls.NewListener(ln, c)
+			}
+			s := newConcurrentServer(ln, plan, body)
+			servers = append(servers, s)
+			go s.serve()
+		}
+		ts.close = func() error {
+			var err error
+			for _, s := range servers {
+				err = errors.Join(err, s.Close())
+			}
+			return err
+		}
 	}
+	return ts, nil
+}
+
+// delayPlan draws each response's delay: Delay on average (see delayer),
+// or Slow for a fraction SlowFrac of the responses.
+type delayPlan struct {
+	d        delayer
+	on       bool
+	slowFrac float64
+	slow     time.Duration
+}
+
+func newDelayPlan(cfg serverConfig) delayPlan {
+	return delayPlan{d: newDelayer(cfg.Delay), on: cfg.Delay > 0 || cfg.SlowFrac > 0, slowFrac: cfg.SlowFrac, slow: cfg.Slow}
+}
+
+// next returns how long to wait before a response (0: answer at once).
+func (p delayPlan) next() time.Duration {
+	if !p.on {
+		return 0
+	}
+	if p.slowFrac > 0 && rand.Float64() < p.slowFrac {
+		return p.slow
+	}
+	if p.d.short == 0 && p.d.long == 0 {
+		return 0
+	}
+	return p.d.next()
+}
+
+// requestTracker counts requests per benchmark cell and id, for the
+// duplicate-request rate (a request sent twice by a client's retry or
+// hedging arrives twice with the same id).
+type requestTracker struct {
+	mu    sync.Mutex
+	cells map[string]map[string]int32
+}
+
+func (t *requestTracker) add(cell, id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := t.cells[cell]
+	if m == nil {
+		if t.cells == nil {
+			t.cells = make(map[string]map[string]int32)
+		}
+		m = make(map[string]int32)
+		t.cells[cell] = m
+	}
+	m[id]++
+}
+
+// take returns the cell's counts (all requests, distinct ids) and forgets
+// the cell.
+func (t *requestTracker) take(cell string) (requests, distinct int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, n := range t.cells[cell] {
+		requests += int(n)
+		distinct++
+	}
+	delete(t.cells, cell)
+	return requests, distinct
 }
 
 // A delayer makes responses ready a configured delay after their request,
@@ -145,13 +285,27 @@ func (d delayer) next() time.Duration {
 	return d.short
 }
 
-func serialHandler(delay time.Duration, body []byte) http.Handler {
+// statsPath answers a tracking server's counts for one cell.
+const statsPath = "/_bench/stats"
+
+func serialHandler(plan delayPlan, body []byte, track bool) http.Handler {
 	clen := strconv.Itoa(len(body))
-	d := newDelayer(delay)
+	var tr requestTracker
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
-		if delay > 0 {
-			time.Sleep(d.next())
+		if track {
+			q, _ := url.ParseQuery(r.URL.RawQuery)
+			if r.URL.Path == statsPath {
+				n, d := tr.take(q.Get("cell"))
+				fmt.Fprintf(w, "%d %d\n", n, d)
+				return
+			}
+			if cell := q.Get("cell"); cell != "" {
+				tr.add(cell, q.Get("id"))
+			}
+		}
+		if d := plan.next(); d > 0 {
+			time.Sleep(d)
 		}
 		h := w.Header()
 		h["Content-Length"] = []string{clen}
@@ -166,11 +320,10 @@ func serialHandler(delay time.Duration, body []byte) http.Handler {
 // handling (a timer of the configured delay), and a writer, which writes the
 // responses in request order as they become ready.
 type concurrentServer struct {
-	ln      net.Listener
-	delay   time.Duration
-	delayer delayer
-	resp    []byte // keep-alive response
-	last    []byte // response to a request with "Connection: close"
+	ln   net.Listener
+	plan delayPlan
+	resp []byte // keep-alive response
+	last []byte // response to a request with "Connection: close"
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
@@ -178,11 +331,11 @@ type concurrentServer struct {
 	wg    sync.WaitGroup
 }
 
-func newConcurrentServer(ln net.Listener, delay time.Duration, body []byte) *concurrentServer {
+func newConcurrentServer(ln net.Listener, plan delayPlan, body []byte) *concurrentServer {
 	head := fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\nContent-Type: text/plain\r\n", len(body))
 	resp := append([]byte(head+"\r\n"), body...)
 	last := append([]byte(head+"Connection: close\r\n\r\n"), body...)
-	return &concurrentServer{ln: ln, delay: delay, delayer: newDelayer(delay), resp: resp, last: last, conns: make(map[net.Conn]struct{})}
+	return &concurrentServer{ln: ln, plan: plan, resp: resp, last: last, conns: make(map[net.Conn]struct{})}
 }
 
 func (s *concurrentServer) serve() {
@@ -255,8 +408,8 @@ func (s *concurrentServer) serveConn(c net.Conn) {
 		if closeAfter {
 			sl.resp, sl.last = s.last, true
 		}
-		if s.delay > 0 {
-			time.AfterFunc(s.delayer.next(), func() { close(sl.done) })
+		if d := s.plan.next(); d > 0 {
+			time.AfterFunc(d, func() { close(sl.done) })
 		} else {
 			close(sl.done)
 		}
@@ -373,7 +526,22 @@ func serveChild(cfg serverConfig) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stdout, "LISTEN %s\n", srv.Addr)
+	fmt.Fprintf(os.Stdout, "LISTEN %s\n", strings.Join(srv.Addrs, ","))
 	io.Copy(io.Discard, os.Stdin)
 	return srv.Close()
+}
+
+// encodeServerConfig and decodeServerConfig pass a configuration to the
+// child process (flag -serve-config).
+func encodeServerConfig(cfg serverConfig) string {
+	b, _ := json.Marshal(cfg)
+	return string(b)
+}
+
+func decodeServerConfig(s string) (serverConfig, error) {
+	var cfg serverConfig
+	if err := json.Unmarshal([]byte(s), &cfg); err != nil {
+		return cfg, fmt.Errorf("bad -serve-config: %v", err)
+	}
+	return cfg, nil
 }

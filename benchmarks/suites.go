@@ -1,0 +1,277 @@
+package main
+
+import (
+	"bufio"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Suites, in the order "all" runs them. Each is a list of scenarios; see
+// suiteScenarios and README.md.
+var suiteNames = []string{"default", "concurrency", "bodies", "p5", "post", "slow", "undici", "hosts", "tls"}
+
+// defaultSuites run when neither a scenario (C/K/P/DELAY) nor a suite is
+// given: about 2.5 minutes on the project's 2-core machine.
+var defaultSuites = []string{"default", "concurrency"}
+
+// bodySizes are the bodies suite's response sizes: 65537 B is one byte past
+// 64 KiB, where a transport may switch from buffering to streaming.
+var bodySizes = []int{128, 16 << 10, 64 << 10, 64<<10 + 1, 1 << 20, 4 << 20}
+
+// suiteScenarios returns the scenarios of the named suite. The servers of
+// o.servers apply to the suites that run on both; BODY to the default one.
+func suiteScenarios(name string, o *options) []scenario {
+	const ms = time.Millisecond
+	both := func(sc scenario) []scenario {
+		var out []scenario
+		for _, s := range o.servers {
+			sc.Server = s
+			out = append(out, sc)
+		}
+		return out
+	}
+	var out []scenario
+	switch name {
+	case "default":
+		for _, kp := range [][2]int{{10, 10}, {1, 10}, {10, 50}, {10, 500}} {
+			out = append(out, both(scenario{C: 5, K: kp[0], P: kp[1], Delay: 10 * ms, Body: o.body})...)
+		}
+		out = append(out, both(scenario{C: 5, K: 10, P: 50, Body: o.body})...)
+	case "concurrency":
+		// Issue 12: a service migrated with OptionsFrom(http.DefaultTransport)
+		// must not be slower than with net/http when requests cannot be
+		// pipelined (POST) or the server answers one at a time (serial).
+		for _, m := range []string{http.MethodGet, http.MethodPost} {
+			sc := scenario{Server: modeSerial, P: 24, Delay: 300 * ms, Body: 128, Method: m, Defaults: true,
+				Clients:  []string{clientNetHTTPDefaults, clientPipelinedDefaults},
+				duration: 3 * time.Second} // a few 300 ms responses per caller and round
+			if m == http.MethodPost {
+				sc.ReqBody = 128
+			}
+			out = append(out, sc)
+		}
+	case "bodies":
+		for _, b := range bodySizes {
+			out = append(out, scenario{Server: modeConcurrent, C: 5, K: 10, P: 50, Body: b})
+		}
+	case "p5":
+		// As many callers as connections: nothing to pipeline.
+		out = both(scenario{C: 5, K: 10, P: 5, Body: 128})
+	case "post":
+		out = both(scenario{C: 5, K: 10, P: 50, Body: 128, Method: http.MethodPost, ReqBody: 1 << 10})
+	case "slow":
+		// 1% of responses take 200 ms, the others 1 ms, one at a time per
+		// connection: the tail, and requests sent twice (server side).
+		out = append(out, scenario{Server: modeSerial, C: 5, K: 10, P: 50, Delay: ms, Body: 128,
+			SlowFrac: 0.01, Slow: 200 * ms, Track: true, duration: 8 * time.Second,
+			Clients: []string{clientNetHTTP, clientPipelined, clientFastHost, clientFastPipeline}})
+	case "undici":
+		// The shape of undici's README benchmark: 64 KiB after 1 ms, 50
+		// connections, depth 10, 100 callers, a Node-like server.
+		out = append(out, scenario{Server: modeConcurrent, C: 50, K: 10, P: 100, Delay: ms, Body: 64 << 10,
+			Clients: []string{clientNetHTTP, clientPipelined, clientFastHost, clientFastPipeline}})
+	case "hosts":
+		// 200 listeners, requests spread over them in turn: pools per host,
+		// idle connections and goroutines kept.
+		out = append(out, scenario{Server: modeConcurrent, C: 5, K: 10, P: 50, Delay: ms, Body: 128, Hosts: 200,
+			Clients: []string{clientNetHTTP, clientPipelined, clientNetHTTPDefaults, clientPipelinedDefaults, clientFastHost}})
+	case "tls":
+		// HTTP/1.1 over TLS, and HTTP/2 where the server offers it (the
+		// serial server is net/http's, which speaks h2; the concurrent one
+		// speaks http/1.1 only, so the h2 rows fall back to HTTP/1.1 there).
+		out = both(scenario{C: 5, K: 10, P: 50, Body: 128, TLS: true,
+			Clients: []string{clientNetHTTPH2, clientNetHTTPH1, clientPipelinedH2, clientPipelinedH1, clientFastHost, clientFastPipeline}})
+	}
+	for i := range out {
+		out[i].Suite = name
+	}
+	return out
+}
+
+// setRunFlags reads the options that choose what runs: the suites, or
+// -url with its method and request bound.
+func (o *options) setRunFlags(fSuite, fURL, fMethod, fMaxReq, fDur, fClients string) error {
+	o.durationSet = setting(fDur, "DURATION") != ""
+	o.clientsSet = setting(fClients, "CLIENTS") != ""
+	o.urlPause = 3 * time.Second
+	suites := setting(fSuite, "SUITE")
+	if u := fURL; u != "" {
+		if suites != "" {
+			return errors.New("-url runs its own table: no -suite with it")
+		}
+		if o.clientsSet {
+			return errors.New("-url compares net/http and pipelined: no CLIENTS with it")
+		}
+		if err := checkURL(u); err != nil {
+			return err
+		}
+		o.url = u
+		switch o.method = strings.ToUpper(setting(fMethod, "METHOD")); o.method {
+		case "":
+			o.method = http.MethodGet
+		case http.MethodGet, http.MethodHead:
+		default:
+			return fmt.Errorf("METHOD: %q: -url sends GET or HEAD only", o.method)
+		}
+		o.maxRequests = 10000
+		if m := setting(fMaxReq, "MAX_REQUESTS"); m != "" {
+			n, err := strconv.ParseInt(m, 10, 64)
+			if err != nil || n < 1 || n > 1_000_000 {
+				return fmt.Errorf("MAX_REQUESTS: bad count %q (want 1 to 1000000)", m)
+			}
+			o.maxRequests = n
+		}
+		if o.duration*time.Duration(o.rounds) > time.Minute {
+			return errors.New("DURATION: at most 1m with -url")
+		}
+		return nil
+	}
+	if setting(fMethod, "METHOD") != "" || setting(fMaxReq, "MAX_REQUESTS") != "" {
+		return errors.New("-method and -max-requests go with -url")
+	}
+	if suites == "" {
+		o.suites = defaultSuites
+		return nil
+	}
+	if o.single {
+		return errors.New("SUITE: a suite has its own scenarios: give either a suite or C/K/P/DELAY")
+	}
+	for _, n := range strings.Split(suites, ",") {
+		n = strings.TrimSpace(n)
+		switch {
+		case n == "all":
+			o.suites = append(o.suites, suiteNames...)
+		case slices.Contains(suiteNames, n):
+			o.suites = append(o.suites, n)
+		default:
+			return fmt.Errorf("SUITE: unknown suite %q (known: %s, all)", n, strings.Join(suiteNames, ", "))
+		}
+	}
+	return nil
+}
+
+// checkURL accepts only an explicit absolute http or https URL with a host:
+// -url sends load, so nothing is guessed (no default scheme, no relative
+// reference).
+func checkURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		return fmt.Errorf("-url: %v", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("-url: %q is not an explicit http:// or https:// URL", s)
+	}
+	if u.Host == "" || u.Hostname() == "" {
+		return fmt.Errorf("-url: %q has no host", s)
+	}
+	if u.User != nil {
+		return fmt.Errorf("-url: %q has credentials: not sent by the benchmark", s)
+	}
+	return nil
+}
+
+// printURLWarning says what -url is about to send, and where.
+func printURLWarning(w io.Writer, o *options) {
+	scs := o.scenarios()
+	maxP := 0
+	for _, sc := range scs {
+		maxP = max(maxP, sc.P)
+	}
+	fmt.Fprintf(w, `WARNING: this sends load to %s
+  %s requests from up to %d goroutines, net/http and pipelined in turn, %d scenario(s) x 2 clients,
+  for about %v per client and scenario plus warm-up, and at most %d requests per client and scenario
+  (%d in all). Redirects are not followed. Run it only against a server you own or may load.
+  Starting in %v; interrupt (Ctrl-C) to stop.
+`, o.url, o.method, maxP, len(scs), o.duration*time.Duration(o.rounds), o.maxRequests,
+		o.maxRequests*int64(2*len(scs)), o.urlPause)
+}
+
+// writeTestCert writes a self-signed ECDSA certificate for 127.0.0.1 and its
+// key to dir, for the TLS suite, and returns the files and a pool that
+// trusts the certificate.
+func writeTestCert(dir string) (certFile, keyFile string, roots *x509.CertPool, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return "", "", nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "pipelined benchmarks"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		DNSNames:              []string{"localhost"},
+		KeyUsage:              x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return "", "", nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return "", "", nil, err
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return "", "", nil, err
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		return "", "", nil, err
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		return "", "", nil, err
+	}
+	roots = x509.NewCertPool()
+	roots.AddCert(cert)
+	return certFile, keyFile, roots, nil
+}
+
+// newCellID returns a random name for one cell's requests on a tracking
+// server.
+func newCellID() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// fetchServerCount asks a tracking server how many requests of the cell it
+// received, and how many distinct ones.
+func fetchServerCount(addr, cell string) (requests, distinct int, err error) {
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
+	defer c.CloseIdleConnections()
+	resp, err := c.Get("http://" + addr + statsPath + "?cell=" + cell)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil {
+		return 0, 0, err
+	}
+	if _, err := fmt.Sscanf(line, "%d %d", &requests, &distinct); err != nil {
+		return 0, 0, fmt.Errorf("bad answer %q", line)
+	}
+	return requests, distinct, nil
+}
