@@ -117,7 +117,139 @@ func readResponseHead(br *bufio.Reader, method string, limit int64, interim func
 	}
 }
 
+// readOneHead reads one response head (status line and header fields).
+// When the whole head is already in br's buffer, as it is for almost every
+// response, it is parsed in place by readBufferedHead; otherwise, or when
+// that finds anything wrong, readHeadLines reads it line by line and
+// reports the error.
 func readOneHead(br *bufio.Reader, budget *int64, limit int64) (*http.Response, error) {
+	if br.Buffered() == 0 {
+		// Wait for the head's first bytes. An error here is what
+		// readHeadLines's first read would return.
+		if _, err := br.Peek(1); err != nil {
+			return nil, err
+		}
+	}
+	if resp, n := readBufferedHead(br, *budget); resp != nil {
+		br.Discard(n)
+		*budget -= int64(n)
+		return resp, nil
+	}
+	return readHeadLines(br, budget, limit)
+}
+
+// newResponse returns a response and a slice of n strings for the values
+// of its header. For n up to 16 both come from one allocation, sized in
+// three steps so that a small head does not carry a large array.
+func newResponse(n int) (*http.Response, []string) {
+	switch {
+	case n <= 4:
+		a := &struct {
+			resp http.Response
+			vals [4]string
+		}{}
+		return &a.resp, a.vals[:n:n]
+	case n <= 8:
+		a := &struct {
+			resp http.Response
+			vals [8]string
+		}{}
+		return &a.resp, a.vals[:n:n]
+	case n <= 16:
+		a := &struct {
+			resp http.Response
+			vals [16]string
+		}{}
+		return &a.resp, a.vals[:n:n]
+	}
+	return &http.Response{}, make([]string, n)
+}
+
+var crlfcrlf = []byte("\r\n\r\n")
+
+// readBufferedHead parses the head at the start of br's buffer if it is
+// complete there, valid, and at most budget bytes long. It returns the
+// response and the head's length, which the caller discards from br; or nil
+// if any of that does not hold, having consumed nothing. The head's bytes
+// are copied into one string; the status, the header names that are not
+// common ones and all values are substrings of it, and the values share one
+// backing array (the response's own when there are few).
+func readBufferedHead(br *bufio.Reader, budget int64) (*http.Response, int) {
+	buf, _ := br.Peek(br.Buffered())
+	end := bytes.Index(buf, crlfcrlf)
+	if end < 0 || int64(end+4) > budget {
+		return nil, 0
+	}
+	end += 4
+	head := buf[:end]
+	// Every line ends with LF: the status line, the field lines, the empty
+	// line. A bare LF inside makes a line fail the CRLF check below.
+	n := bytes.Count(head, []byte{'\n'}) - 2
+	eol := bytes.IndexByte(head, '\n')
+	line := head[:eol]
+	if len(line) < 2 || line[len(line)-1] != '\r' || bytes.IndexByte(line[:len(line)-1], '\r') >= 0 {
+		return nil, 0
+	}
+	resp, vals := newResponse(n)
+	if parseStatusLine(line[:len(line)-1], resp) != nil {
+		return nil, 0
+	}
+	str := string(head)
+	resp.Status = str[9 : eol-1]
+	h := make(http.Header, n)
+	lastKey, lastStart := "", 0
+	pos := eol + 1
+	for k := range n {
+		eol = pos + bytes.IndexByte(head[pos:], '\n')
+		line := head[pos:eol]
+		if len(line) < 2 || line[len(line)-1] != '\r' {
+			return nil, 0
+		}
+		line = line[:len(line)-1]
+		if line[0] == ' ' || line[0] == '\t' || bytes.IndexByte(line, '\r') >= 0 {
+			return nil, 0
+		}
+		colon := bytes.IndexByte(line, ':')
+		if colon <= 0 || !validFieldName(line[:colon]) {
+			return nil, 0
+		}
+		vs, ve := colon+1, len(line)
+		for vs < ve && (line[vs] == ' ' || line[vs] == '\t') {
+			vs++
+		}
+		for ve > vs && (line[ve-1] == ' ' || line[ve-1] == '\t') {
+			ve--
+		}
+		if !validFieldValue(line[vs:ve]) {
+			return nil, 0
+		}
+		key := commonKey(line[:colon])
+		if key == "" {
+			// Returns its argument when already canonical.
+			key = textproto.CanonicalMIMEHeaderKey(str[pos : pos+colon])
+		}
+		vals[k] = str[pos+vs : pos+ve]
+		switch vv, ok := h[key]; {
+		case !ok:
+			h[key] = vals[k : k+1 : k+1]
+			lastKey, lastStart = key, k
+		case key == lastKey:
+			// Repeated on consecutive lines (Set-Cookie, Vary): the values
+			// are already next to each other.
+			h[key] = vals[lastStart : k+1 : k+1]
+		default:
+			h[key] = append(vv, vals[k])
+			lastKey = ""
+		}
+		pos = eol + 1
+	}
+	resp.Header = h
+	return resp, end
+}
+
+// readHeadLines reads one response head line by line, for heads that are
+// not complete in the buffer (or not valid: it reports why).
+func readHeadLines(br *bufio.Reader, budget *int64, limit int64) (*http.Response, error) {
 	line, err := readLine(br, budget, limit)
 	if err != nil {
 		return nil, err
@@ -167,7 +299,7 @@ func readOneHead(br *bufio.Reader, budget *int64, limit int64) (*http.Response, 
 			return nil, framingErrorf("invalid header field value for %q", truncate(name))
 		}
 		sp := fieldSpan{nameStart: len(text)}
-		sp.key = commonKeys[string(name)] // no allocation
+		sp.key = commonKey(name)
 		text = append(text, name...)
 		sp.start = len(text)
 		text = append(text, value...)
@@ -397,12 +529,20 @@ func validFieldName(b []byte) bool {
 		return false
 	}
 	for _, c := range b {
-		if !httpguts.IsTokenRune(rune(c)) {
+		if !tokenByte[c] {
 			return false
 		}
 	}
 	return true
 }
+
+// tokenByte reports the bytes allowed in a token (RFC 9110 §5.6.2).
+var tokenByte = func() (t [256]bool) {
+	for c := range 128 {
+		t[c] = httpguts.IsTokenRune(rune(c))
+	}
+	return t
+}()
 
 // validFieldValue reports whether b is a valid field value (RFC 9110 §5.5):
 // no control characters other than HTAB, no NUL, CR or LF.
@@ -418,31 +558,51 @@ func validFieldValue(b []byte) bool {
 // canonicalKey returns the canonical form of a header name without
 // allocating for common names.
 func canonicalKey(name []byte) string {
-	if k, ok := commonKeys[string(name)]; ok {
+	if k := commonKey(name); k != "" {
 		return k
 	}
 	return textproto.CanonicalMIMEHeaderKey(string(name))
 }
 
-var commonKeys = func() map[string]string {
-	m := make(map[string]string)
+// commonKeys are the canonical forms of header names that responses
+// commonly carry, by length (commonKey).
+var commonKeys = func() (t [32][]string) {
 	for _, k := range []string{
-		"Accept-Ranges", "Age", "Alt-Svc", "Cache-Control", "Connection", "Content-Disposition",
-		"Content-Encoding", "Content-Language", "Content-Length", "Content-Location",
-		"Content-Range", "Content-Security-Policy", "Content-Type", "Date", "Etag", "Expires",
-		"Keep-Alive", "Last-Modified", "Link", "Location", "Pragma", "Retry-After", "Server",
-		"Set-Cookie", "Strict-Transport-Security", "Trailer", "Transfer-Encoding", "Upgrade",
-		"Vary", "Via", "Www-Authenticate", "X-Content-Type-Options", "X-Frame-Options",
-		"X-Request-Id",
+		"Accept-Ranges", "Access-Control-Allow-Origin", "Age", "Alt-Svc", "Cache-Control",
+		"Connection", "Content-Disposition", "Content-Encoding", "Content-Language",
+		"Content-Length", "Content-Location", "Content-Range", "Content-Security-Policy",
+		"Content-Type", "Date", "Etag", "Expires", "Keep-Alive", "Last-Modified", "Link",
+		"Location", "Pragma", "Retry-After", "Server", "Set-Cookie", "Strict-Transport-Security",
+		"Trailer", "Transfer-Encoding", "Upgrade", "Vary", "Via", "Www-Authenticate",
+		"X-Content-Type-Options", "X-Frame-Options", "X-Powered-By", "X-Request-Id",
 	} {
-		m[k] = k
-		m[strings.ToLower(k)] = k
+		t[len(k)] = append(t[len(k)], k)
 	}
-	m["ETag"] = "Etag"
-	m["WWW-Authenticate"] = "Www-Authenticate"
-	m["X-Request-ID"] = "X-Request-Id"
-	return m
+	return t
 }()
+
+// commonKey returns the canonical form of name if it is one of
+// commonKeys, in any case ("content-length", "ETag"), or "". It does not
+// allocate. name must be a valid token: then the only bytes that fold to a
+// letter or '-' under |0x20 are that letter in either case, and '-'.
+func commonKey(name []byte) string {
+	if len(name) >= len(commonKeys) {
+		return ""
+	}
+next:
+	for _, k := range commonKeys[len(name)] {
+		if string(name) == k {
+			return k
+		}
+		for i := range len(k) {
+			if name[i]|0x20 != k[i]|0x20 {
+				continue next
+			}
+		}
+		return k
+	}
+	return ""
+}
 
 func truncate(b []byte) string {
 	if len(b) > 64 {
