@@ -25,10 +25,13 @@ func newPipelinedClient(name string, cfg clientConfig) (benchClient, error) {
 	case clientPipelinedDefaults:
 		o = pipelined.OptionsFrom(http.DefaultTransport.(*http.Transport))
 	default:
+		// C connections, all of them pipelining (the threshold is
+		// DefaultPipelineConnsPerHost otherwise, capped by C).
 		o = pipelined.TransportOptions{
-			MaxConnsPerHost:   cfg.C,
-			PipelineDepth:     cfg.K,
-			DisableKeepAlives: name == clientPipelinedNoKA,
+			MaxConnsPerHost:      cfg.C,
+			PipelineConnsPerHost: cfg.C,
+			PipelineDepth:        cfg.K,
+			DisableKeepAlives:    name == clientPipelinedNoKA,
 		}
 	}
 	o.DialContext = cfg.Dialer.DialContext

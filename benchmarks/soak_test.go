@@ -97,7 +97,7 @@ func TestSoakErrorKind(t *testing.T) {
 		{pipelined.ErrTransportClosed, "ErrTransportClosed"},
 		{io.ErrUnexpectedEOF, "unexpected EOF"},
 		{&net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}, "net error"},
-		{&pipelined.ConnError{Err: io.EOF, Written: true, Retryable: true}, "ConnError (other)"},
+		{&pipelined.ConnError{Err: io.EOF}, "ConnError (other)"}, // not written: not ErrServerClosed
 		{fmt.Errorf("%w 500", errBadStatus), "bad status"},
 		{errors.New("x"), "other"},
 	} {
