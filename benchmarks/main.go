@@ -638,12 +638,12 @@ func (o *options) clientsFor(sc scenario) []string {
 }
 
 func run(o *options, out io.Writer) error {
-	where := "server in a child process"
+	where, warm := "server in a child process", fmt.Sprintf("+%v warm-up each", o.warmup)
 	if o.url != "" {
-		where = "against " + o.url
+		where, warm = "against "+o.url, "after one warm-up request per caller"
 	}
-	fmt.Fprintf(out, "benchmarks: %s %s/%s GOMAXPROCS=%d, %d rounds of %v per client (+%v warm-up each, order rotated), %s\n",
-		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), o.rounds, o.duration, o.warmup, where)
+	fmt.Fprintf(out, "benchmarks: %s %s/%s GOMAXPROCS=%d, %d rounds of %v per client (%s, order rotated), %s\n",
+		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), o.rounds, o.duration, warm, where)
 	var all []result
 	servers := map[serverConfig]*childServer{}
 	defer func() {
@@ -813,7 +813,9 @@ func cpuTime() time.Duration {
 // and body bytes) and the process CPU time is taken. At the end the
 // requests still in flight are cancelled (net/http, pipelined) or waited
 // for (fasthttp), unmeasured. With -url the cell also stops after its
-// share of o.maxRequests requests.
+// share of o.maxRequests requests, and the warm-up is one request per
+// caller (each then waits for the window to open), so that the bound is
+// not spent before the measurement.
 func runCell(sc scenario, name string, base clientConfig, o *options) result {
 	r := result{Scenario: sc, Client: name, Ideal: sc.ideal()}
 	dc := newDialCounter()
@@ -852,6 +854,8 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 		nerr     atomic.Int64
 		errOnce  sync.Once
 		firstErr string
+		warmOnce sync.Once
+		warmErr  string // the first error outside the window, shown if there is no other
 		wg       sync.WaitGroup
 		lat      = make([][]time.Duration, sc.P)
 		nbytes   = make([]int64, sc.P)
@@ -866,6 +870,10 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 	to.Store(math.MaxInt64)
 	start := time.Now()
 	running.Store(int64(sc.P))
+	gate := make(chan struct{}) // -url: callers wait here after their first response
+	var gateOnce sync.Once
+	openGate := func() { gateOnce.Do(func() { close(gate) }) }
+	defer openGate()
 	for i := range sc.P {
 		wg.Add(1)
 		go func() {
@@ -873,6 +881,11 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 			defer running.Add(-1)
 			l := make([]time.Duration, 0, 256)
 			first := true
+			defer func() {
+				if first { // stopped before a first response: warm-up is over for it too
+					warmedUp.Add(1)
+				}
+			}()
 			for !stop.Load() {
 				if limit > 0 && sent.Add(1) > limit {
 					break
@@ -883,8 +896,14 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 				if first {
 					first = false
 					warmedUp.Add(1)
+					if limit > 0 {
+						<-gate
+					}
 				}
 				if at := int64(t1.Sub(start)); at < from.Load() || at >= to.Load() {
+					if err != nil {
+						warmOnce.Do(func() { warmErr = err.Error() })
+					}
 					continue
 				}
 				if err != nil {
@@ -908,6 +927,7 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 	end := t0.Add(duration)
 	from.Store(int64(t0.Sub(start)))
 	to.Store(int64(end.Sub(start)))
+	openGate()
 	// Sample the client's own count of open connections.
 	maxOpen := 0
 	_, hasStats := cl.PoolStats()
@@ -930,6 +950,7 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 	}
 	stop.Store(true)
 	cancel()
+	openGate()
 	wg.Wait()
 	if sc.Track {
 		n, d, err := fetchServerCount(base.Addrs[0], cfg.Cell)
@@ -952,6 +973,9 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 	r.Errors = nerr.Load()
 	if firstErr != "" {
 		r.FirstError = firstErr
+	}
+	if r.FirstError == "" && r.Requests == 0 && warmErr != "" {
+		r.FirstError = "outside the measured window: " + warmErr
 	}
 	r.lat, r.cpu = all, cpu
 	r.finish()

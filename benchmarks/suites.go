@@ -197,9 +197,9 @@ func printURLWarning(w io.Writer, o *options) {
 	}
 	fmt.Fprintf(w, `WARNING: this sends load to %s
   %s requests from up to %d goroutines, net/http and pipelined in turn, %d scenario(s) x 2 clients,
-  for about %v per client and scenario plus warm-up, and at most %d requests per client and scenario
-  (%d in all). Redirects are not followed. Run it only against a server you own or may load.
-  Starting in %v; interrupt (Ctrl-C) to stop.
+  for about %v per client and scenario after one warm-up request per caller, and at most
+  %d requests per client and scenario (%d in all). Redirects are not followed.
+  Run it only against a server you own or may load. Starting in %v; interrupt (Ctrl-C) to stop.
 `, o.url, o.method, maxP, len(scs), o.duration*time.Duration(o.rounds), o.maxRequests,
 		o.maxRequests*int64(2*len(scs)), o.urlPause)
 }
