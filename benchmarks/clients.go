@@ -35,10 +35,9 @@ const (
 	clientNetHTTPDefaults   = "net/http DefaultTransport"
 	clientPipelinedDefaults = "pipelined OptionsFrom(DefaultTransport)"
 
-	// The TLS suite's rows. net/http (h2) negotiates HTTP/2 by ALPN where
-	// the server offers it; net/http (h1) is net/http with HTTP/2 off.
-	// pipelined (h2) is a hook for the HTTP/2 support of pipelined: see
-	// newPipelinedClient.
+	// The TLS suite's rows. The (h2) ones offer h2 and http/1.1 by ALPN
+	// and speak HTTP/2 where the server chooses it; the (h1) ones speak
+	// HTTP/1.1 only (pipelined: pipelining).
 	clientNetHTTPH2   = "net/http (h2)"
 	clientNetHTTPH1   = "net/http (h1)"
 	clientPipelinedH2 = "pipelined (h2)"

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"io"
 	"net"
@@ -175,7 +176,7 @@ func TestDelayer(t *testing.T) {
 }
 
 // TestSuites runs every suite once, very briefly (50 ms per client): every
-// row runs (but the HTTP/2 hook) without errors, body bytes add up, and the
+// row runs without errors, body bytes add up, and the
 // slow suite's server counts requests (warm-up included, so at least one
 // per caller).
 func TestSuites(t *testing.T) {
@@ -210,12 +211,6 @@ func TestSuites(t *testing.T) {
 	suites := map[string]bool{}
 	for _, r := range doc.Results {
 		suites[r.Scenario.Suite] = true
-		if r.Client == clientPipelinedH2 {
-			if r.Skipped == "" {
-				t.Errorf("%s: the HTTP/2 hook ran; update this test", r.Client)
-			}
-			continue
-		}
 		if r.Skipped != "" {
 			t.Errorf("%s %s skipped: %s", r.Scenario, r.Client, r.Skipped)
 			continue
@@ -241,5 +236,44 @@ func TestSuites(t *testing.T) {
 	svg, err := os.ReadFile(o.plotFile)
 	if err != nil || !strings.Contains(string(svg), "MB/s") {
 		t.Errorf("the plot has no bodies panel (%v)", err)
+	}
+}
+
+// TestTLSProtocols: against the serial server over TLS (which offers h2),
+// the TLS suite's rows speak what their names say, and the plain pipelined
+// row stays on HTTP/1.1 (as -url over https compares HTTP/1.1 clients).
+func TestTLSProtocols(t *testing.T) {
+	dir := t.TempDir()
+	cert, key, roots, err := writeTestCert(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := startServer(serverConfig{Mode: modeSerial, Body: 10, TLSCert: cert, TLSKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	for name, major := range map[string]int{
+		clientNetHTTPH2: 2, clientNetHTTPH1: 1, clientPipelinedH2: 2, clientPipelinedH1: 1, clientPipelined: 1,
+	} {
+		cl, err := newClient(name, clientConfig{Addrs: []string{srv.Addr}, C: 2, K: 2, Timeout: 10 * time.Second,
+			Dialer: newDialCounter(), TLS: &tls.Config{RootCAs: roots}})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		hc := cl.(*httpClient)
+		resp, err := hc.client.Get("https://" + srv.Addr + "/")
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.ProtoMajor != major {
+			t.Errorf("%s: %s, want HTTP/%d", name, resp.Proto, major)
+		}
+		if n, err := cl.Do(context.Background()); err != nil || n != 10 {
+			t.Errorf("%s: Do = %d, %v", name, n, err)
+		}
+		cl.Close()
 	}
 }

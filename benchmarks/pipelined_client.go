@@ -3,7 +3,6 @@
 package main
 
 import (
-	"fmt"
 	"net/http"
 
 	"github.com/pipelined/pipelined"
@@ -12,16 +11,19 @@ import (
 // newPipelinedClient builds a pipelined client row; its pool statistics
 // come from Transport.Stats.
 //
-// The row clientPipelinedH2 is the hook for HTTP/2: pipelined speaks
-// HTTP/1.1 only today, so that row is skipped. When the transport gains
-// HTTP/2, build it here (TLS configuration cfg.TLS, C connections) with
-// whatever option turns HTTP/2 on, and the TLS suite shows it beside
-// net/http (h2).
+// Every row but clientPipelinedH2 and clientPipelinedDefaults speaks
+// HTTP/1.1 only (Protocols), so that the TLS suite's "h1 pipelined" row and
+// -url over https compare HTTP/1.1 with HTTP/1.1; clientPipelinedH2
+// offers h2 and http/1.1 and takes h2 where the server chooses it.
 func newPipelinedClient(name string, cfg clientConfig) (benchClient, error) {
 	var o pipelined.TransportOptions
 	switch name {
 	case clientPipelinedH2:
-		return nil, fmt.Errorf("%w: pipelined has no HTTP/2 yet (hook: newPipelinedClient in pipelined_client.go)", errUnsupported)
+		o = pipelined.TransportOptions{MaxConnsPerHost: cfg.C, PipelineConnsPerHost: cfg.C, PipelineDepth: cfg.K}
+		var p http.Protocols
+		p.SetHTTP1(true)
+		p.SetHTTP2(true)
+		o.Protocols = &p
 	case clientPipelinedDefaults:
 		o = pipelined.OptionsFrom(http.DefaultTransport.(*http.Transport))
 	default:
@@ -33,6 +35,9 @@ func newPipelinedClient(name string, cfg clientConfig) (benchClient, error) {
 			PipelineDepth:        cfg.K,
 			DisableKeepAlives:    name == clientPipelinedNoKA,
 		}
+		var p http.Protocols
+		p.SetHTTP1(true)
+		o.Protocols = &p
 	}
 	o.DialContext = cfg.Dialer.DialContext
 	if cfg.TLS != nil {
