@@ -435,7 +435,8 @@ func jsonCounts(t *testing.T, base string) func(string) int {
 // Node's http server with maxRequestsPerSocket 3 (it answers the 3rd
 // request with "Connection: close" and 503 to any request pipelined after
 // it), keepAliveTimeout 1 s (it sends "Keep-Alive: timeout=1, max=N"),
-// flushHeaders responses, and sockets destroyed mid-request or mid-body. The
+// flushHeaders responses (headers first, the body 20 ms later; some with
+// "Connection: close"), and sockets destroyed mid-request or mid-body. The
 // load comes in two bursts about one keep-alive timeout apart, so that the
 // second burst meets connections the server is closing.
 func TestRealNode(t *testing.T) {
@@ -452,8 +453,10 @@ func TestRealNode(t *testing.T) {
 			return http.MethodGet, "cut"
 		case i%5 == 1:
 			return http.MethodPost, "post"
-		case i%5 == 2:
+		case i%10 == 2:
 			return http.MethodGet, "flush"
+		case i%10 == 7:
+			return http.MethodGet, "flushclose"
 		case i%5 == 3:
 			return http.MethodGet, "slow"
 		}

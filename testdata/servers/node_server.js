@@ -4,6 +4,7 @@
 // Paths are /<kind>/<id>; every request with a body is read in full first.
 //   get, post  answer the id (body and X-Id)
 //   flush      flushHeaders() at once, the body (the id) 20 ms later
+//   flushclose the same with "Connection: close": the server closes after it
 //   slow       answer the id after 30 ms
 //   destroy    destroy the socket without answering (mid-request)
 //   cut        flushHeaders() with a Content-Length, then destroy the socket
@@ -38,6 +39,12 @@ const server = http.createServer((req, res) => {
         break;
       case 'flush':
         res.setHeader('X-Id', id);
+        res.flushHeaders();
+        setTimeout(() => res.end(id), 20);
+        break;
+      case 'flushclose':
+        res.setHeader('X-Id', id);
+        res.setHeader('Connection', 'close');
         res.flushHeaders();
         setTimeout(() => res.end(id), 20);
         break;
