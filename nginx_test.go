@@ -12,9 +12,30 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
+
+// nginxOptions configures startNginxServer.
+type nginxOptions struct {
+	keepaliveRequests int  // keepalive_requests
+	master            bool // run a master process (needed for reloads)
+	accessLog         bool // log "$request_method $request_uri" lines to nginxServer.accessLog
+}
+
+// nginxServer is a running nginx (see startNginxServer).
+type nginxServer struct {
+	base      string // http://127.0.0.1:port
+	accessLog string // path of the access log, if enabled
+	cmd       *exec.Cmd
+	stop      func() // stops nginx; idempotent, also run at the end of the test
+}
+
+// reload asks nginx to reload its configuration, as nginx -s reload does:
+// SIGHUP to the master process, which starts new workers and shuts the old
+// ones down gracefully.
+func (s *nginxServer) reload() error { return s.cmd.Process.Signal(syscall.SIGHUP) }
 
 // startNginx runs nginx in the foreground on a free 127.0.0.1 port with a
 // config in a temporary directory, serving the location that echoes the
@@ -25,21 +46,13 @@ import (
 // stopped at the end of the test.
 func startNginx(t *testing.T, keepaliveRequests int) string {
 	t.Helper()
-	bin, err := exec.LookPath("nginx")
-	if err != nil {
-		for _, p := range []string{"/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/local/nginx/sbin/nginx"} {
-			if _, serr := os.Stat(p); serr == nil {
-				bin, err = p, nil
-				break
-			}
-		}
-	}
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("nginx not found (CI=true requires it): %v", err)
-		}
-		t.Skipf("nginx not found, skipping the real-server test: %v (install nginx-light)", err)
-	}
+	return startNginxServer(t, nginxOptions{keepaliveRequests: keepaliveRequests}).base
+}
+
+// startNginxServer is startNginx with more options.
+func startNginxServer(t *testing.T, o nginxOptions) *nginxServer {
+	t.Helper()
+	bin := requireProgram(t, "nginx-light", "nginx", "/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/local/nginx/sbin/nginx")
 	// Temporary paths of the modules compiled in: their defaults are under
 	// /var/lib/nginx, which may not exist or be writable.
 	v, _ := exec.Command(bin, "-V").CombinedOutput()
@@ -65,14 +78,26 @@ func startNginx(t *testing.T, keepaliveRequests int) string {
 		}
 		addr := l.Addr().String()
 		l.Close()
+		master, user, accessLog, logPath := "off", "", "access_log off;", ""
+		if o.master {
+			master = "on"
+			if os.Geteuid() == 0 {
+				user = "user root;\n" // workers read the temporary directory
+			}
+		}
+		if o.accessLog {
+			logPath = filepath.Join(dir, "access.log")
+			accessLog = "log_format ids '$request_method $request_uri';\n\taccess_log " + logPath + " ids;"
+		}
 		conf := fmt.Sprintf(`daemon off;
-master_process off;
-worker_processes 1;
+master_process %[5]s;
+%[6]sworker_processes 1;
+worker_shutdown_timeout 5s;
 pid %[1]s/nginx.pid;
 error_log %[1]s/error.log warn;
 events { worker_connections 1024; }
 http {
-	access_log off;
+	%[7]s
 %[2]s	keepalive_requests %[3]d;
 	keepalive_timeout 30s;
 	server {
@@ -80,7 +105,7 @@ http {
 		location / { return 200 $request_uri; }
 	}
 }
-`, dir, temps.String(), keepaliveRequests, addr)
+`, dir, temps.String(), o.keepaliveRequests, addr, master, user, accessLog)
 		confPath := filepath.Join(dir, "nginx.conf")
 		if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
 			t.Fatal(err)
@@ -93,14 +118,17 @@ http {
 		}
 		exited := make(chan error, 1)
 		go func() { exited <- cmd.Wait() }()
+		var stopOnce sync.Once
 		stop := func() {
-			cmd.Process.Signal(os.Interrupt) // SIGINT: fast shutdown
-			select {
-			case <-exited:
-			case <-time.After(10 * time.Second):
-				cmd.Process.Kill()
-				<-exited
-			}
+			stopOnce.Do(func() {
+				cmd.Process.Signal(os.Interrupt) // SIGINT: fast shutdown
+				select {
+				case <-exited:
+				case <-time.After(10 * time.Second):
+					cmd.Process.Kill()
+					<-exited
+				}
+			})
 		}
 		ready := false
 		deadline := time.Now().Add(10 * time.Second)
@@ -121,7 +149,7 @@ http {
 		}
 		if ready {
 			t.Cleanup(stop)
-			return "http://" + addr
+			return &nginxServer{base: "http://" + addr, accessLog: logPath, cmd: cmd, stop: stop}
 		}
 		stop()
 		logs, _ := os.ReadFile(filepath.Join(dir, "error.log"))

@@ -841,6 +841,7 @@ func TestOptionsFrom(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	defer srv.Close()
 	dialed := 0
+	//lint:ignore SA1019 OptionsFrom must carry the deprecated Dial too.
 	old := &http.Transport{Dial: func(network, addr string) (net.Conn, error) {
 		dialed++
 		return net.Dial(network, addr)

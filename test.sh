@@ -1,16 +1,40 @@
 #!/usr/bin/env bash
-# Runs every test of the project: vet, the race-enabled test suite with the
-# fuzz corpora, and a compile-and-run-once of every benchmark.
+# Runs every test of the project: gofmt, vet, staticcheck, the race-enabled
+# test suite with the fuzz corpora (the root package under GOMAXPROCS 1, 2
+# and 4), and a compile-and-run-once of every benchmark.
 set -euo pipefail
 cd "$(dirname "$0")"
 gofmt_out=$(gofmt -l . || true)
 if [ -n "$gofmt_out" ]; then echo "gofmt needed on: $gofmt_out"; exit 1; fi
+
+# staticcheck, pinned: 2026.2.2 (module v0.8.2) supports Go 1.26; it comes
+# from the Go module proxy. Its findings are reported as warnings while the
+# engine is being redesigned (issue 10); STATICCHECK_STRICT=1 makes them
+# fail the run. If it cannot be fetched, warn and go on.
+staticcheck() {
+	local out
+	if out=$(go -C "$1" run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./... 2>&1); then
+		return 0
+	fi
+	echo "$out"
+	if ! grep -qE '^[^ ]+\.go:[0-9]+:[0-9]+: ' <<<"$out"; then
+		echo "warning: staticcheck did not run in $1"
+	elif [ "${STATICCHECK_STRICT:-}" = 1 ]; then
+		echo "staticcheck: findings in $1"
+		return 1
+	else
+		echo "warning: staticcheck findings in $1 (not yet fatal)"
+	fi
+}
+
 go vet ./...
-go test -race -count=1 -timeout 10m ./...
+staticcheck .
+go test -race -count=1 -cpu 1,2,4 -timeout 15m ./...
 go test -run '^$' -bench . -benchtime 1x -count=1 ./... >/dev/null
 for m in benchmarks examples otelpipelined; do
 	if [ -f "$m/go.mod" ]; then
 		go -C "$m" vet ./...
+		staticcheck "$m"
 		go -C "$m" test -race -count=1 -timeout 10m ./...
 	fi
 done

@@ -1,0 +1,75 @@
+// A Node http server for realservers_test.go. Usage:
+//   node node_server.js KEEP_ALIVE_TIMEOUT_MS MAX_REQUESTS_PER_SOCKET
+// It listens on 127.0.0.1 on a free port and prints "READY <port>".
+// Paths are /<kind>/<id>; every request with a body is read in full first.
+//   get, post  answer the id (body and X-Id)
+//   flush      flushHeaders() at once, the body (the id) 20 ms later
+//   flushclose the same with "Connection: close": the server closes after it
+//   slow       answer the id after 30 ms
+//   destroy    destroy the socket without answering (mid-request)
+//   cut        flushHeaders() with a Content-Length, then destroy the socket
+// Every POST id is counted; GET /counts answers the counts as JSON.
+'use strict';
+const http = require('http');
+const keepAliveMs = Number(process.argv[2] || 5000);
+const maxPerSocket = Number(process.argv[3] || 0);
+const posts = new Map();
+
+const server = http.createServer((req, res) => {
+  req.on('data', () => {});
+  req.on('end', () => {
+    if (req.url === '/counts') {
+      res.setHeader('Content-Type', 'application/json');
+      res.end(JSON.stringify(Object.fromEntries(posts)));
+      return;
+    }
+    const m = /^\/([a-z]+)\/([^/?]+)$/.exec(req.url);
+    if (!m) {
+      res.statusCode = 404;
+      res.end('no such path');
+      return;
+    }
+    const kind = m[1], id = m[2];
+    if (req.method === 'POST') posts.set(id, (posts.get(id) || 0) + 1);
+    switch (kind) {
+      case 'get':
+      case 'post':
+        res.setHeader('X-Id', id);
+        res.end(id);
+        break;
+      case 'flush':
+        res.setHeader('X-Id', id);
+        res.flushHeaders();
+        setTimeout(() => res.end(id), 20);
+        break;
+      case 'flushclose':
+        res.setHeader('X-Id', id);
+        res.setHeader('Connection', 'close');
+        res.flushHeaders();
+        setTimeout(() => res.end(id), 20);
+        break;
+      case 'slow':
+        setTimeout(() => { res.setHeader('X-Id', id); res.end(id); }, 30);
+        break;
+      case 'destroy':
+        req.socket.destroy();
+        break;
+      case 'cut':
+        res.setHeader('X-Id', id);
+        res.setHeader('Content-Length', String(id.length + 100));
+        res.flushHeaders();
+        setTimeout(() => req.socket.destroy(), 5);
+        break;
+      default:
+        res.statusCode = 404;
+        res.end('no such kind');
+    }
+  });
+});
+server.keepAliveTimeout = keepAliveMs;
+if (maxPerSocket > 0) server.maxRequestsPerSocket = maxPerSocket;
+server.on('dropRequest', () => { process.stderr.write('dropRequest (503)\n'); });
+server.listen(0, '127.0.0.1', () => {
+  process.stdout.write('READY ' + server.address().port + '\n');
+});
+process.on('SIGTERM', () => process.exit(0));
