@@ -859,18 +859,28 @@ func (c *pconn) fail(err error) {
 		}
 	}
 	answered := c.answered
+	// shared: other requests were in flight with them. Which one made the
+	// server fail the connection is unknown: a server that runs pipelined
+	// requests at once (Node) may have dropped it for a request behind.
+	// This is the pipelining case of RFC 9112 §9.3.2, where even the head
+	// of a fresh connection may be retried.
+	shared := len(c.fifo) > 1
 	c.fifo = nil
 	c.mu.Unlock()
 	c.holStop()
 	written := c.wc.written() // after closeConn: no Write is left running
-	c.ev.ended(c, err, len(unanswered), answered)
+	inFlight := len(unanswered)
+	if shared {
+		inFlight = max(inFlight, 2)
+	}
+	c.ev.ended(c, err, inFlight, answered)
 	for i, a := range unanswered {
 		a.deliver(result{err: &ConnError{
 			Err:     err,
 			Written: written > a.wireOff,
 			fail: failure{
 				written:  written > a.wireOff,
-				reused:   a.reused,
+				reused:   a.reused || shared,
 				answered: i == 0 && headUnanswered && isFinalError(err),
 				garbled:  i == 0 && headUnanswered && isMalformed(err),
 			},

@@ -332,6 +332,14 @@ func (t *rsTally) String() string {
 // postCount returns how many times the server executed a POST id, or -1 if
 // the server cannot tell.
 func compareReal(t *testing.T, ours, std []rsResult, postCount func(id string) int, racyPOSTs bool) {
+	compareRealMode(t, ours, std, postCount, racyPOSTs, false)
+}
+
+// compareRealMode is compareReal; with collateral, failures are not
+// compared at all, only the safety checks run: the server destroys
+// sockets while it runs pipelined requests concurrently, so requests that
+// shared a socket with a destroyed one fail with it (docs/reliability.md).
+func compareRealMode(t *testing.T, ours, std []rsResult, postCount func(id string) int, racyPOSTs, collateral bool) {
 	t.Helper()
 	to, ts := tally("pipelined", ours), tally("net/http", std)
 	t.Log(to)
@@ -359,7 +367,7 @@ func compareReal(t *testing.T, ours, std []rsResult, postCount func(id string) i
 	go_, gs := groupForComparison(ours), groupForComparison(std)
 	for k, o := range go_ {
 		s := gs[k]
-		if racyPOSTs && strings.HasPrefix(k, http.MethodPost) {
+		if collateral || racyPOSTs && strings.HasPrefix(k, http.MethodPost) {
 			continue
 		}
 		if o.failed > 0 && (s == nil || s.failed == 0) {
@@ -434,22 +442,39 @@ func jsonCounts(t *testing.T, base string) func(string) int {
 // TestRealNode runs mixed GETs and POSTs through both transports against
 // Node's http server with maxRequestsPerSocket 3 (it answers the 3rd
 // request with "Connection: close" and 503 to any request pipelined after
-// it), keepAliveTimeout 1 s (it sends "Keep-Alive: timeout=1, max=N"),
+// it), keepAliveTimeout 1 s (it sends "Keep-Alive: timeout=1, max=N"), and
 // flushHeaders responses (headers first, the body 20 ms later; some with
-// "Connection: close"), and sockets destroyed mid-request or mid-body. The
-// load comes in two bursts about one keep-alive timeout apart, so that the
-// second burst meets connections the server is closing.
+// "Connection: close"). The load comes in two bursts about one keep-alive
+// timeout apart, so that the second burst meets connections the server is
+// closing. Pipelined may fail nothing that net/http does not.
 func TestRealNode(t *testing.T) {
+	testRealNode(t, false)
+}
+
+// TestRealNodeDestroy adds requests whose handler destroys the socket
+// mid-request or mid-body. Node runs the requests of a pipeline at once,
+// so a destroyed socket takes down the other requests on it: those not
+// answered yet are sent again (RFC 9112 §9.3.2), but a response whose body
+// was streaming fails, which cannot happen to net/http, which never shares
+// a connection. That is the cost of pipelining against such a server, and
+// the depth fallback bounds it (after three such failures in 10 s, the host
+// is not pipelined for 30 s). So here only safety is checked: own answers,
+// POSTs run at most once, no request moved too many times.
+func TestRealNodeDestroy(t *testing.T) {
+	testRealNode(t, true)
+}
+
+func testRealNode(t *testing.T, destroy bool) {
 	verifyNoLeaks(t)
 	node := requireProgram(t, "nodejs", "node", "nodejs")
 	base := startScript(t, node, "node_server.js", "1000", "3")
 	kinds := func(i int) (string, string) {
 		switch {
-		case i%40 == 29:
+		case destroy && i%40 == 29:
 			return http.MethodPost, "destroy" // runs, never answered
-		case i%20 == 9:
+		case destroy && i%20 == 9:
 			return http.MethodGet, "destroy"
-		case i%20 == 19:
+		case destroy && i%20 == 19:
 			return http.MethodGet, "cut"
 		case i%5 == 1:
 			return http.MethodPost, "post"
@@ -470,7 +495,7 @@ func TestRealNode(t *testing.T) {
 		o, s := runBoth(t, base, func(p string) []rsRequest { return rsPlan(fmt.Sprintf("%s%d", p, burst), 200, kinds, false) }, 48, 8*time.Second)
 		ours, std = append(ours, o...), append(std, s...)
 	}
-	compareReal(t, ours, std, jsonCounts(t, base), false)
+	compareRealMode(t, ours, std, jsonCounts(t, base), false, destroy)
 	// The destroyed paths must fail on both sides: the server never
 	// answers them (a check of the test itself).
 	for _, r := range append(append([]rsResult(nil), ours...), std...) {

@@ -29,7 +29,7 @@ const maxRetries = 8
 // before its response headers arrived.
 type failure struct {
 	written  bool // some of the request reached the connection
-	reused   bool // written behind other requests, or after a response on the same connection
+	reused   bool // written behind other requests or after a response on the same connection, or shared it when it failed
 	answered bool // the server answered it, badly (malformed) or too late
 	garbled  bool // the answer was malformed: the bad bytes may belong to an earlier response
 }
