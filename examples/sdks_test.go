@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 go-elasticsearch v9 deprecates Config and NewClient in favour of New, but they are what its users call, and they keep working: the recipe shows them.
+
 package examples
 
 // The recipes of docs/sdks.md: SDKs that assume an *http.Transport, run over

@@ -250,7 +250,7 @@ func encode(set attribute.Set) string {
 	var parts []string
 	for it := set.Iter(); it.Next(); {
 		kv := it.Attribute()
-		parts = append(parts, string(kv.Key)+"="+kv.Value.Emit())
+		parts = append(parts, string(kv.Key)+"="+kv.Value.String())
 	}
 	return strings.Join(parts, ",")
 }
