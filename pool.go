@@ -526,11 +526,13 @@ func (p *hostPool) stats() HostStats {
 // connections would run in parallel: net/http, dialing one connection per
 // request, is faster. Such a host is recognised from its answers, and its
 // pipelineable requests dial like any other (up to MaxConnsPerHost) for
-// serialVerdictFor, after which pipelining is tried again.
+// serialVerdictFor, after which pipelining is tried again. Learning costs
+// the first few pipelined requests one service time each; a long verdict
+// makes that rare.
 const (
 	serialMinGap     = time.Millisecond // below, pipelining still saves round trips and syscalls
 	serialThreshold  = 0.75
-	serialVerdictFor = 30 * time.Second
+	serialVerdictFor = 2 * time.Minute
 )
 
 // noteOrderLocked records the answer of a pipelined request that arrived
@@ -540,7 +542,7 @@ func (p *hostPool) noteOrderLocked(gap, wait time.Duration) {
 	if gap >= serialMinGap && gap*8 >= wait {
 		sample = 1
 	}
-	p.serial += (sample - p.serial) / 8
+	p.serial += (sample - p.serial) / 4 // a verdict after 5 serial samples in a row
 	if p.serial >= serialThreshold {
 		p.serialUntil = time.Now().Add(serialVerdictFor)
 		p.serial = 0
