@@ -2,16 +2,12 @@ package pipelined
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -20,55 +16,6 @@ import (
 // The tests in this file check the transport's timers under
 // testing/synctest: time is virtual, connections are in-memory pipes made
 // by the DialContext hook, and each server goroutine runs in the bubble.
-
-// memServer serves every connection the transport dials with handle, over
-// memPipe. It counts the dials.
-type memServer struct {
-	handle func(n int, c net.Conn, br *bufio.Reader)
-	dials  atomic.Int32
-}
-
-func (s *memServer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	client, server := memPipe()
-	n := int(s.dials.Add(1))
-	go func() {
-		defer server.Close()
-		s.handle(n, server, bufio.NewReader(server))
-	}()
-	return client, nil
-}
-
-// answer writes a response whose body is the request's path.
-func answer(c net.Conn, req *http.Request) {
-	fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
-}
-
-// memGet sends a GET through tr in its own goroutine and returns a channel
-// with the body or the error. A path is sent to http://mem.test; a full
-// URL as it is.
-func memGet(tr *Transport, path string) <-chan string {
-	ch := make(chan string, 1)
-	url := path
-	if strings.HasPrefix(path, "/") {
-		url = "http://mem.test" + path
-	}
-	go func() {
-		req, _ := http.NewRequest(http.MethodGet, url, nil)
-		resp, err := tr.RoundTrip(req)
-		if err != nil {
-			ch <- "error: " + err.Error()
-			return
-		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			ch <- "error: " + err.Error()
-			return
-		}
-		ch <- string(b)
-	}()
-	return ch
-}
 
 func TestTimerHeadOfLine(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -256,112 +203,3 @@ func TestTimerExpectContinue(t *testing.T) {
 		}
 	})
 }
-
-// memPipe returns the two ends of an in-memory connection. Unlike
-// net.Pipe, writes are buffered (as a socket's are), so a server that
-// does not read yet does not block the writer; reads honour deadlines.
-// Its waits are sync.Cond waits, which testing/synctest treats as durable.
-func memPipe() (net.Conn, net.Conn) {
-	a, b := newMemBuf(), newMemBuf()
-	return &memConn{r: a, w: b}, &memConn{r: b, w: a}
-}
-
-// memBuf is one direction of a memPipe. mu guards every field.
-type memBuf struct {
-	mu       sync.Mutex
-	cond     sync.Cond
-	data     []byte
-	closed   bool      // no more writes: reads drain, then EOF
-	deadline time.Time // read deadline
-	timer    *time.Timer
-}
-
-func newMemBuf() *memBuf {
-	b := &memBuf{}
-	b.cond.L = &b.mu
-	return b
-}
-
-type memConn struct{ r, w *memBuf }
-
-type memAddr struct{}
-
-func (memAddr) Network() string { return "mem" }
-func (memAddr) String() string  { return "mem" }
-
-func (c *memConn) Read(p []byte) (int, error) {
-	b := c.r
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for {
-		if len(b.data) > 0 {
-			n := copy(p, b.data)
-			b.data = b.data[n:]
-			return n, nil
-		}
-		if b.closed {
-			return 0, io.EOF
-		}
-		if !b.deadline.IsZero() && !time.Now().Before(b.deadline) {
-			return 0, os.ErrDeadlineExceeded
-		}
-		b.cond.Wait()
-	}
-}
-
-// unread returns the bytes written to c's reading side not read yet.
-func (c *memConn) unread() int {
-	c.r.mu.Lock()
-	defer c.r.mu.Unlock()
-	return len(c.r.data)
-}
-
-func (c *memConn) Write(p []byte) (int, error) {
-	b := c.w
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return 0, syscall.EPIPE
-	}
-	b.data = append(b.data, p...)
-	b.cond.Broadcast()
-	return len(p), nil
-}
-
-func (c *memConn) Close() error {
-	for _, b := range []*memBuf{c.r, c.w} {
-		b.mu.Lock()
-		b.closed = true
-		if b.timer != nil {
-			b.timer.Stop()
-		}
-		b.cond.Broadcast()
-		b.mu.Unlock()
-	}
-	return nil
-}
-
-func (c *memConn) SetReadDeadline(t time.Time) error {
-	b := c.r
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.deadline = t
-	if b.timer != nil {
-		b.timer.Stop()
-		b.timer = nil
-	}
-	if !t.IsZero() {
-		b.timer = time.AfterFunc(time.Until(t), func() {
-			b.mu.Lock()
-			b.cond.Broadcast()
-			b.mu.Unlock()
-		})
-	}
-	b.cond.Broadcast()
-	return nil
-}
-
-func (c *memConn) SetWriteDeadline(time.Time) error { return nil } // writes never block
-func (c *memConn) SetDeadline(t time.Time) error    { return c.SetReadDeadline(t) }
-func (c *memConn) LocalAddr() net.Addr              { return memAddr{} }
-func (c *memConn) RemoteAddr() net.Addr             { return memAddr{} }
