@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -58,6 +59,23 @@ func benchServer(b *testing.B) string {
 // callers, 5 connections and depth 10 (the project's saturation cell).
 func BenchmarkClientGet(b *testing.B) {
 	tr := NewTransport(TransportOptions{MaxConnsPerHost: 5, PipelineDepth: 10})
+	defer tr.Close()
+	benchGets(b, &http.Client{Transport: tr})
+}
+
+// BenchmarkClientGetObserver is BenchmarkClientGet with an Observer whose
+// every hook is set (and counts): what watching the transport costs.
+// BenchmarkClientGet itself runs with no Observer: compare the two, and
+// BenchmarkClientGet with the engine before the Observer existed.
+func BenchmarkClientGetObserver(b *testing.B) {
+	var n atomic.Int64
+	req := func(RequestEvent) { n.Add(1) }
+	conn := func(ConnEvent) { n.Add(1) }
+	obs := &Observer{
+		RequestQueued: req, RequestAssigned: req, RequestWritten: req, RequestHeaders: req, RequestDone: req,
+		ConnOpened: conn, ConnActive: conn, ConnIdle: conn, ConnClosed: conn,
+	}
+	tr := NewTransport(TransportOptions{MaxConnsPerHost: 5, PipelineDepth: 10, Observer: obs})
 	defer tr.Close()
 	benchGets(b, &http.Client{Transport: tr})
 }
