@@ -54,7 +54,9 @@ type pconn struct {
 	fifo     []*attempt // attempts written and not fully answered, in wire order
 	answered int        // responses read in full
 	noWrite  bool       // the connection ends after responses already due
-	dead     bool
+	// lastBehind: the last request written was pipelined behind others.
+	lastBehind bool
+	dead       bool
 
 	closeOnce sync.Once
 	closed    chan struct{} // closed when conn is closed
@@ -217,6 +219,7 @@ func (c *pconn) send(a *attempt) error {
 	a.wireOff = c.wc.written() + int64(c.bw.Buffered())
 	a.reused = c.answered > 0 || len(c.fifo) > 0
 	a.behind = len(c.fifo) > 0
+	c.lastBehind = a.behind
 	if a.behind {
 		a.sentAt = monoNow() // under mu: the reader reads it
 	}
@@ -353,25 +356,29 @@ func (c *pconn) stopWriting() {
 // flushSoon makes sure that what the caller has just written is flushed,
 // coalescing it with the requests of other writers: if a writer is waiting
 // for the write token, that writer will flush; otherwise, if the
-// connection is pipelining (other requests are in flight: their callers,
-// woken by the responses just delivered, may be about to write here), this
-// goroutine yields once so that they can add their requests, and then
-// flushes everything buffered in one write. A request alone on its
-// connection has nothing to coalesce with and is flushed at once.
+// connection is pipelining (other requests are in flight, or were when the
+// last one was written: callers woken by the responses just delivered may
+// be about to write here), this goroutine yields once so that they can add
+// their requests, and then flushes everything buffered in one write. A
+// connection that carries one request at a time has nothing to coalesce
+// and is flushed at once.
 func (c *pconn) flushSoon() error {
 	if c.pendingWriters.Load() > 0 {
 		return nil
 	}
-	if c.inflight() > 1 {
+	if c.pipelining() {
 		runtime.Gosched()
 	}
 	return c.flushBuffered()
 }
 
-func (c *pconn) inflight() int {
+// pipelining reports whether requests share c at the moment, or did when
+// the last one was written: then callers woken by the responses just read
+// are likely to write on c in a moment.
+func (c *pconn) pipelining() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.fifo)
+	return len(c.fifo) > 1 || c.lastBehind
 }
 
 // flushLeftovers flushes requests that a writer left buffered expecting a
