@@ -80,9 +80,13 @@ func (c *pconn) holArm(a *attempt, stream bool) {
 	}
 	c.mu.Lock()
 	head := len(c.fifo) > 0 && c.fifo[0] == a && a.headersRead == stream
+	// A head with nothing behind it holds nobody up: its timer starts
+	// when a first request is written behind it (pconn.send), so that a
+	// connection carrying one request at a time arms no timer.
+	alone := !stream && len(c.fifo) < 2
 	c.mu.Unlock()
-	if !head {
-		return // answered already
+	if !head || alone {
+		return // answered already, or nothing waits behind it
 	}
 	g := &c.hol
 	g.mu.Lock()

@@ -225,9 +225,15 @@ func (c *pconn) send(a *attempt) error {
 	}
 	c.fifo = append(c.fifo, a)
 	head := len(c.fifo) == 1
+	var first *attempt // the head, if a is the first request behind it
+	if len(c.fifo) == 2 {
+		first = c.fifo[0]
+	}
 	c.mu.Unlock()
 	if head {
 		c.armHeaderTimeout(a)
+	} else if first != nil && first.arm.Load() >= 2 {
+		c.holStart(first) // something waits behind the head now
 	}
 	if body != nil && !(r.req.GetBody != nil && r.req.ContentLength > 0 && r.req.ContentLength <= maxInlineBody) {
 		// Full duplex: the response may come (and be returned) while the
@@ -278,7 +284,9 @@ func (c *pconn) write(a *attempt, body io.ReadCloser) {
 	}
 	// A pipelineable request is flushed by the last of the writers that
 	// queue up behind one another (see flushSoon); others at once.
-	deferFlush := r.pipelineable && !a.alone && tunnel == nil && c.t.depth > 1
+	// A connection that is not pipelining has nothing to coalesce: flush
+	// now, under the token already held.
+	deferFlush := r.pipelineable && !a.alone && tunnel == nil && c.t.depth > 1 && c.pipelining()
 	if werr == nil && !deferFlush {
 		werr = c.bw.Flush()
 	}
@@ -355,20 +363,17 @@ func (c *pconn) stopWriting() {
 
 // flushSoon makes sure that what the caller has just written is flushed,
 // coalescing it with the requests of other writers: if a writer is waiting
-// for the write token, that writer will flush; otherwise, if the
-// connection is pipelining (other requests are in flight, or were when the
-// last one was written: callers woken by the responses just delivered may
-// be about to write here), this goroutine yields once so that they can add
-// their requests, and then flushes everything buffered in one write. A
-// connection that carries one request at a time has nothing to coalesce
-// and is flushed at once.
+// for the write token, that writer will flush; otherwise this goroutine
+// yields once, so that callers about to write on this connection (those
+// woken by the responses just delivered) can add their requests, and then
+// flushes everything buffered in one write. It is used only while the
+// connection is pipelining (pipelining): one that carries one request at a
+// time has nothing to coalesce, and its writer flushes at once.
 func (c *pconn) flushSoon() error {
 	if c.pendingWriters.Load() > 0 {
 		return nil
 	}
-	if c.pipelining() {
-		runtime.Gosched()
-	}
+	runtime.Gosched()
 	return c.flushBuffered()
 }
 
