@@ -94,7 +94,8 @@ type TransportOptions struct {
 	ResponseHeaderTimeout time.Duration
 
 	// HeadOfLineTimeout is how long the oldest request on a connection may
-	// wait for its response headers (or stream an open-ended body) before
+	// wait for its response headers once a request is pipelined behind it
+	// (or stream an open-ended body) before
 	// the safe requests pipelined behind it are re-sent on other
 	// connections (the late answers are read and discarded) and the
 	// connection takes no new requests until those headers arrive. Only
