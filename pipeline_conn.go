@@ -56,6 +56,7 @@ type pconn struct {
 	noWrite  bool       // the connection ends after responses already due
 	// lastBehind: the last request written was pipelined behind others.
 	lastBehind bool
+	samples    int // pipelined requests written, for sampling their answers' order
 	dead       bool
 
 	closeOnce sync.Once
@@ -221,7 +222,12 @@ func (c *pconn) send(a *attempt) error {
 	a.behind = len(c.fifo) > 0
 	c.lastBehind = a.behind
 	if a.behind {
-		a.sentAt = monoNow() // under mu: the reader reads it
+		// Sample the order of answers (pool.go, noteOrderLocked): every
+		// pipelined request of a new connection, then one in eight.
+		if c.samples < 16 || c.samples%8 == 0 {
+			a.sentAt = monoNow() // under mu: the reader reads it
+		}
+		c.samples++
 	}
 	c.fifo = append(c.fifo, a)
 	head := len(c.fifo) == 1
@@ -515,7 +521,7 @@ func (c *pconn) readResponses() error {
 		a.headersRead = true
 		behind, sentAt := a.behind, a.sentAt
 		c.mu.Unlock()
-		if behind && c.prevEnd != 0 {
+		if behind && sentAt != 0 && c.prevEnd != 0 {
 			now := monoNow()
 			a.gap, a.wait = time.Duration(now-c.prevEnd), time.Duration(now-sentAt)
 		}
@@ -765,7 +771,8 @@ func (c *pconn) popHead() {
 	}
 	c.mu.Unlock()
 	if next != nil {
-		if next.behind {
+		c.prevEnd = 0
+		if next.behind && next.sentAt != 0 { // read after mu: written under it
 			c.prevEnd = monoNow()
 		}
 		c.armHeaderTimeout(next)
