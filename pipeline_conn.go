@@ -692,7 +692,11 @@ func (s *bodyStream) startWaiting() {
 		// Closing a body of unknown length early closes the connection
 		// (a stream nobody reads any more). A known remainder is drained
 		// or not by drain.
-		s.b.setOnClose(func() { c.fail(errDrainTooLong) })
+		if !s.b.setOnClose(func() { c.fail(errDrainTooLong) }) {
+			// Closed while the reader was on its way to the network: the
+			// read it is about to make may never return.
+			c.fail(errDrainTooLong)
+		}
 	}
 }
 
