@@ -54,8 +54,10 @@ type pconn struct {
 	fifo     []*attempt // attempts written and not fully answered, in wire order
 	answered int        // responses read in full
 	noWrite  bool       // the connection ends after responses already due
-	// lastBehind: the last request written was pipelined behind others.
-	lastBehind bool
+	// recentBehind is 32 when a request was last written behind others,
+	// and counts down with each request written alone: the connection has
+	// been pipelining recently (pipelining).
+	recentBehind int
 	samples    int // pipelined requests written, for sampling their answers' order
 	dead       bool
 
@@ -220,7 +222,11 @@ func (c *pconn) send(a *attempt) error {
 	a.wireOff = c.wc.written() + int64(c.bw.Buffered())
 	a.reused = c.answered > 0 || len(c.fifo) > 0
 	a.behind = len(c.fifo) > 0
-	c.lastBehind = a.behind
+	if a.behind {
+		c.recentBehind = 32
+	} else if c.recentBehind > 0 {
+		c.recentBehind--
+	}
 	if a.behind {
 		// Sample the order of answers (pool.go, noteOrderLocked): every
 		// pipelined request of a new connection, then one in eight.
@@ -383,13 +389,13 @@ func (c *pconn) flushSoon() error {
 	return c.flushBuffered()
 }
 
-// pipelining reports whether requests share c at the moment, or did when
-// the last one was written: then callers woken by the responses just read
-// are likely to write on c in a moment.
+// pipelining reports whether requests share c at the moment, or did among
+// the last few written: then callers woken by the responses just read are
+// likely to write on c in a moment, and a flush should wait for them.
 func (c *pconn) pipelining() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.fifo) > 1 || c.lastBehind
+	return len(c.fifo) > 1 || c.recentBehind > 0
 }
 
 // flushLeftovers flushes requests that a writer left buffered expecting a
