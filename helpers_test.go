@@ -98,13 +98,22 @@ func (s *rawServer) close() {
 
 // serveEcho answers each request with its path as the body, in order.
 func serveEcho(c net.Conn, br *bufio.Reader) {
-	for {
-		req, err := http.ReadRequest(br)
-		if err != nil {
-			return
+	serveEchoN(0)(c, br)
+}
+
+// serveEchoN returns a raw-server handler that answers up to n requests of
+// a connection (all if n <= 0) with their paths, then returns: the server
+// closes the connection without saying so.
+func serveEchoN(n int) func(net.Conn, *bufio.Reader) {
+	return func(c net.Conn, br *bufio.Reader) {
+		for i := 0; n <= 0 || i < n; i++ {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, req.Body)
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
 		}
-		io.Copy(io.Discard, req.Body)
-		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
 	}
 }
 

@@ -1,10 +1,7 @@
 package pipelined
 
 import (
-	"bufio"
 	"fmt"
-	"net"
-	"net/http"
 	"sync"
 	"testing"
 )
@@ -57,15 +54,7 @@ func TestCloseReasonString(t *testing.T) {
 // active); each request queued, assigned and done.
 func TestObserverEventsConsistent(t *testing.T) {
 	verifyNoLeaks(t)
-	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
-		for i := 0; i < 3; i++ {
-			req, err := http.ReadRequest(br)
-			if err != nil {
-				return
-			}
-			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
-		}
-	})
+	srv := newRawServer(t, serveEchoN(3))
 	var mu sync.Mutex
 	// Per connection: opened, closed, and active minus idle. Hooks run
 	// outside the locks, so calls for one connection may arrive out of

@@ -64,13 +64,7 @@ func TestClosingResponseWithLateBody(t *testing.T) {
 // Sequential GETs must all succeed, as with net/http.
 func TestQuietCloseAfterEachAnswer(t *testing.T) {
 	verifyNoLeaks(t)
-	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
-		req, err := http.ReadRequest(br)
-		if err != nil {
-			return
-		}
-		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
-	})
+	srv := newRawServer(t, serveEchoN(1))
 	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1})
 	for i := range 2000 {
 		path := fmt.Sprintf("/%d", i)

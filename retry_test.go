@@ -199,15 +199,7 @@ func TestTraceConnPairsBalanced(t *testing.T) {
 	verifyNoLeaks(t)
 	// Close every connection after its third answer, without saying so:
 	// requests pipelined behind are moved or retried.
-	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
-		for i := 0; i < 3; i++ {
-			req, err := http.ReadRequest(br)
-			if err != nil {
-				return
-			}
-			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
-		}
-	})
+	srv := newRawServer(t, serveEchoN(3))
 	tr := newTestTransport(t, TransportOptions{PipelineConnsPerHost: 2, PipelineDepth: 4})
 	var get, got atomic.Int32
 	var wg sync.WaitGroup
@@ -249,15 +241,7 @@ func TestTraceConnPairsBalanced(t *testing.T) {
 // more than 4 requests.
 func TestUnannouncedCloseBudget(t *testing.T) {
 	verifyNoLeaks(t)
-	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
-		for i := 0; i < 4; i++ {
-			req, err := http.ReadRequest(br)
-			if err != nil {
-				return
-			}
-			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
-		}
-	})
+	srv := newRawServer(t, serveEchoN(4))
 	tr := newTestTransport(t, TransportOptions{PipelineConnsPerHost: 2, PipelineDepth: 8})
 	getEchoes(t, tr, srv, 300)
 	p := tr.pools[poolKey{scheme: "http", addr: srv.addr}]
