@@ -58,8 +58,8 @@ type pconn struct {
 	// and counts down with each request written alone: the connection has
 	// been pipelining recently (pipelining).
 	recentBehind int
-	samples    int // pipelined requests written, for sampling their answers' order
-	dead       bool
+	samples      int // pipelined requests written, for sampling their answers' order
+	dead         bool
 
 	closeOnce sync.Once
 	closed    chan struct{} // closed when conn is closed
