@@ -1,9 +1,9 @@
 package pipelined
 
 import (
+	"container/list"
 	"errors"
-	"slices"
-	"time"
+	"sync"
 )
 
 // This file applies the idle-connection limits (MaxIdleConnsPerHost,
@@ -43,40 +43,76 @@ func (c *pconn) putIdleTrace(a *attempt, err error) {
 	}
 }
 
-// trimIdleConns closes the connections idle for the longest time until at
-// most MaxIdleConns connections are idle across all hosts. The count is a
-// snapshot: pools are locked one at a time, never together.
-func (t *Transport) trimIdleConns() {
-	max := t.opts.MaxIdleConns
-	type idleConn struct {
-		p     *hostPool
-		c     *pconn
-		since time.Time
+// idleLRU is the Transport's list of connections that became idle after
+// carrying requests, least recently used first, for MaxIdleConns (as
+// net/http's idleLRU). mu guards the list and each entry's elem; it is a
+// leaf, taken under hostPool.mu.
+type idleLRU struct {
+	mu   sync.Mutex
+	list list.List // of *idleEntry
+}
+
+// idleEntry is a connection's place in the LRU.
+type idleEntry struct {
+	p    *hostPool
+	c    *pconn
+	elem *list.Element // guarded by idleLRU.mu; nil when not listed
+}
+
+// pushIdleLocked lists c as the most recently idle connection and returns
+// the least recently used ones beyond MaxIdleConns, unlisted, for the
+// caller to close once p.mu is released (closeIdleVictims). p.mu is held.
+func (p *hostPool) pushIdleLocked(c *pconn) []*idleEntry {
+	max := p.t.opts.MaxIdleConns
+	if max <= 0 {
+		return nil
 	}
-	var idle []idleConn
-	for _, p := range t.poolList() {
-		p.mu.Lock()
-		for _, c := range p.conns {
-			if c.s.idle() {
-				idle = append(idle, idleConn{p, c, c.s.idleSince})
-			}
-		}
-		p.mu.Unlock()
+	l := &p.t.idle
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e := &c.idleEntry
+	if e.elem != nil {
+		l.list.MoveToBack(e.elem)
+	} else {
+		e.p, e.c = p, c
+		e.elem = l.list.PushBack(e)
 	}
-	if len(idle) <= max {
+	var victims []*idleEntry
+	for l.list.Len() > max {
+		v := l.list.Remove(l.list.Front()).(*idleEntry)
+		v.elem = nil
+		victims = append(victims, v)
+	}
+	return victims
+}
+
+// unlistIdleLocked takes c off the LRU: it is active, retired or gone. p.mu
+// is held.
+func (p *hostPool) unlistIdleLocked(c *pconn) {
+	if p.t.opts.MaxIdleConns <= 0 {
 		return
 	}
-	slices.SortFunc(idle, func(a, b idleConn) int { return a.since.Compare(b.since) })
-	for _, ic := range idle[:len(idle)-max] {
-		p := ic.p
-		p.mu.Lock()
-		still := ic.c.s.idle()
+	l := &p.t.idle
+	l.mu.Lock()
+	if e := &c.idleEntry; e.elem != nil {
+		l.list.Remove(e.elem)
+		e.elem = nil
+	}
+	l.mu.Unlock()
+}
+
+// closeIdleVictims closes the connections pushIdleLocked took off the LRU
+// if they are still idle (each pool locked in turn, never two at once).
+func closeIdleVictims(victims []*idleEntry) {
+	for _, v := range victims {
+		v.p.mu.Lock()
+		still := v.c.s.idle()
 		if still {
-			p.retireLocked(ic.c, CloseIdleLimit)
+			v.p.retireLocked(v.c, CloseIdleLimit)
 		}
-		p.mu.Unlock()
+		v.p.mu.Unlock()
 		if still {
-			ic.c.fail(errTooManyIdle)
+			v.c.fail(errTooManyIdle)
 		}
 	}
 }

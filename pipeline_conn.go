@@ -73,7 +73,8 @@ type pconn struct {
 	// the current head ended, if the head was written behind it.
 	prevEnd monoTime
 
-	s sched // schedulable state: guarded by hostPool.mu (pool.go)
+	s         sched     // schedulable state: guarded by hostPool.mu (pool.go)
+	idleEntry idleEntry // its place in the Transport's idle LRU (idle.go)
 }
 
 // wireCounter is the connection as bw sees it: it counts the bytes handed

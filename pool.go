@@ -114,6 +114,7 @@ func newHostPool(t *Transport, key poolKey) *hostPool {
 // first one given is kept; 0 keeps the one already there). It is the only
 // place that retires a connection.
 func (p *hostPool) retireLocked(c *pconn, why CloseReason) {
+	p.unlistIdleLocked(c)
 	c.s.retired = true
 	c.s.reserved = false
 	if c.s.retireReason == 0 {
@@ -204,6 +205,9 @@ func (p *hostPool) assignLocked(c *pconn, a *attempt) httptrace.GotConnInfo {
 	a.inflightAtAssign = int32(s.inflight)
 	a.activated = !s.active
 	s.active = true
+	if wasIdle {
+		p.unlistIdleLocked(c)
+	}
 	if p.budget > 0 && s.assigned >= p.budget {
 		p.retireLocked(c, CloseBudget)
 		s.atBudget = true
@@ -240,31 +244,33 @@ func (p *hostPool) assignLocked(c *pconn, a *attempt) httptrace.GotConnInfo {
 func (p *hostPool) release(c *pconn) {
 	p.mu.Lock()
 	c.s.inflight--
-	done, idle := p.becameIdleLocked(c)
+	done, idle, victims := p.becameIdleLocked(c)
 	p.dispatchLocked()
 	p.mu.Unlock()
 	p.observeIdle(c, idle)
+	closeIdleVictims(victims)
 	if done {
 		c.fail(errConnClosing)
 	}
 }
 
 // becameIdleLocked updates c when it may have nothing in flight any more,
-// and reports whether it must be closed: it takes no new request and has
-// nothing left to answer.
-func (p *hostPool) becameIdleLocked(c *pconn) (done, wentIdle bool) {
+// and reports whether it must be closed (it takes no new request and has
+// nothing left to answer), whether it went from active to idle, and which
+// idle connections to close for MaxIdleConns once p.mu is released.
+func (p *hostPool) becameIdleLocked(c *pconn) (done, wentIdle bool, victims []*idleEntry) {
 	s := &c.s
 	if s.inflight != 0 {
-		return false, false
+		return false, false, nil
 	}
 	s.exclusive = false
 	s.idleSince = time.Now()
 	if s.retired {
-		return !s.removed, false
+		return !s.removed, false, nil
 	}
 	wentIdle = s.active
 	s.active = false
-	return false, wentIdle
+	return false, wentIdle, p.pushIdleLocked(c)
 }
 
 // The connEvents of a hostPool.
@@ -330,7 +336,7 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers bool) err
 			p.startIdleTimerLocked(c)
 		}
 	}
-	done, idle := p.becameIdleLocked(c)
+	done, idle, victims := p.becameIdleLocked(c)
 	if done && put == nil && s.kaLimit > 0 && s.assigned >= s.kaLimit {
 		put = errKeepAliveMax
 		p.kaRetired++
@@ -338,15 +344,13 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers bool) err
 	p.dispatchLocked()
 	p.mu.Unlock()
 	p.observeIdle(c, idle)
+	closeIdleVictims(victims)
 	if done {
 		// Nothing more will be written on it: let it go.
 		if put == nil {
 			put = errConnClosing
 		}
 		c.fail(put)
-	}
-	if put == nil && p.t.opts.MaxIdleConns > 0 {
-		p.t.trimIdleConns()
 	}
 	return put
 }

@@ -239,6 +239,7 @@ type Transport struct {
 	pipeConns int // pipelining threshold, at most maxConns
 
 	connIDs atomic.Uint64 // the last connection ID given out
+	idle    idleLRU       // connections idle after use, for MaxIdleConns
 
 	ctx    context.Context // cancelled by Close; parent of dials
 	cancel context.CancelFunc
