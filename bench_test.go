@@ -5,6 +5,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -124,4 +127,58 @@ func benchGets(b *testing.B, client *http.Client) {
 			resp.Body.Close()
 		}
 	})
+}
+
+// BenchmarkInFlightMemory reports the memory (heap and stacks, caller
+// goroutines included) per request in flight: b.N requests wait at once
+// for a server that answers only when all have arrived or a deadline
+// passes. With MaxConnsPerHost 8 for both transports, most requests wait
+// for a connection (net/http) or a place in a pipeline (pipelined).
+func BenchmarkInFlightMemory(b *testing.B) {
+	for _, name := range []string{"pipelined", "net/http"} {
+		b.Run(name, func(b *testing.B) {
+			var rt http.RoundTripper
+			if name == "pipelined" {
+				tr := NewTransport(TransportOptions{MaxConnsPerHost: 8, PipelineDepth: 4})
+				defer tr.Close()
+				rt = tr
+			} else {
+				tr := &http.Transport{MaxConnsPerHost: 8}
+				defer tr.CloseIdleConnections()
+				rt = tr
+			}
+			release := make(chan struct{})
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				<-release
+			}))
+			defer srv.Close()
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			var wg sync.WaitGroup
+			var started atomic.Int64
+			for range b.N {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					started.Add(1)
+					req, _ := http.NewRequest("GET", srv.URL, nil)
+					if resp, err := rt.RoundTrip(req); err == nil {
+						io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+					}
+				}()
+			}
+			for started.Load() < int64(b.N) {
+				time.Sleep(time.Millisecond)
+			}
+			time.Sleep(50 * time.Millisecond) // let them reach their waits
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			close(release)
+			wg.Wait()
+			used := (after.HeapInuse + after.StackInuse) - (before.HeapInuse + before.StackInuse)
+			b.ReportMetric(float64(used)/float64(b.N), "B/inflight")
+		})
+	}
 }
