@@ -204,9 +204,22 @@ func (p *hostPool) keepAliveLocked(c *pconn, ka keepAliveHint) {
 		}
 	}
 	if ka.hasMax {
-		// The server accepts max more requests after this response; the
-		// ones already assigned behind it count.
-		s.kaLimit = s.served + 1 + ka.max
+		// Servers read max two ways. Apache counts down: the requests it
+		// still accepts after this response (max=99, then 98, ...). Node
+		// repeats its maxRequestsPerSocket: the total for the connection
+		// (max=3 on every response). Until a second response tells them
+		// apart, the smaller reading holds; a value that repeats is a
+		// total, one that changes counts down. Requests already assigned
+		// behind this response count either way.
+		switch {
+		case s.kaFirstMax == 0:
+			s.kaFirstMax = ka.max + 1 // +1: 0 means not seen
+			s.kaLimit = min(s.served+1+ka.max, max(ka.max, 1))
+		case ka.max+1 == s.kaFirstMax:
+			s.kaLimit = max(ka.max, 1)
+		default:
+			s.kaLimit = s.served + 1 + ka.max
+		}
 		if s.assigned >= s.kaLimit {
 			p.retireLocked(c, CloseKeepAliveEnd)
 		}

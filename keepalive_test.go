@@ -179,37 +179,56 @@ func TestKeepAliveTimeoutPOSTs(t *testing.T) {
 // TestKeepAliveMax: max=M caps the requests assigned to a connection at
 // the M the server still accepts.
 func TestKeepAliveMax(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		var posts atomic.Int32
-		// The server accepts 3 requests per connection and says so with a
-		// max that counts down, as Apache does.
-		srv := &memServer{handle: func(_ int, c net.Conn, br *bufio.Reader) {
-			for left := 2; left >= 0; left-- {
-				req, err := http.ReadRequest(br)
-				if err != nil {
-					return
+	tests := []struct {
+		name   string
+		max    func(served int) int // the max= sent with the response to request served+1
+		accept int                  // requests the server accepts per connection
+		dials  int32                // for 9 sequential POSTs
+	}{
+		// Apache counts down what it still accepts. The first response's
+		// max is read as the smaller of the two readings (a total of 2),
+		// so each connection carries 2 of the 3 it could: 5 dials.
+		{"countdown", func(served int) int { return 2 - served }, 3, 5},
+		// Node repeats its maxRequestsPerSocket: a total of 3.
+		{"total", func(int) int { return 3 }, 3, 3},
+		// A large countdown is read as such from the second response on.
+		{"countdown large", func(served int) int { return 99 - served }, 100, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var posts atomic.Int32
+				// The server closes quietly after accept requests: a request
+				// written past that fails.
+				srv := &memServer{handle: func(_ int, c net.Conn, br *bufio.Reader) {
+					for served := 0; served < tt.accept; served++ {
+						req, err := http.ReadRequest(br)
+						if err != nil {
+							return
+						}
+						io.Copy(io.Discard, req.Body)
+						posts.Add(1)
+						fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nKeep-Alive: timeout=5, max=%d\r\nContent-Length: 2\r\n\r\nok", tt.max(served))
+					}
+				}}
+				tr := NewTransport(TransportOptions{DialContext: srv.dial})
+				defer tr.Close()
+				for i := range 9 {
+					req, _ := http.NewRequest(http.MethodPost, "http://mem.test/p", strings.NewReader("x"))
+					resp, err := tr.RoundTrip(req)
+					if err != nil {
+						t.Fatalf("POST %d: %v", i, err)
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
 				}
-				io.Copy(io.Discard, req.Body)
-				posts.Add(1)
-				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nKeep-Alive: timeout=5, max=%d\r\nContent-Length: 2\r\n\r\nok", left)
-			}
-		}}
-		tr := NewTransport(TransportOptions{DialContext: srv.dial})
-		defer tr.Close()
-		for i := range 9 {
-			req, _ := http.NewRequest(http.MethodPost, "http://mem.test/p", strings.NewReader("x"))
-			resp, err := tr.RoundTrip(req)
-			if err != nil {
-				t.Fatalf("POST %d: %v", i, err)
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}
-		if got := srv.dials.Load(); got != 3 {
-			t.Errorf("dials = %d, want 3", got)
-		}
-		if got := posts.Load(); got != 9 {
-			t.Errorf("server ran %d POSTs, want 9", got)
-		}
-	})
+				if got := srv.dials.Load(); got != tt.dials {
+					t.Errorf("dials = %d, want %d", got, tt.dials)
+				}
+				if got := posts.Load(); got != 9 {
+					t.Errorf("server ran %d POSTs, want 9", got)
+				}
+			})
+		})
+	}
 }

@@ -86,8 +86,9 @@ type sched struct {
 	// From the server's Keep-Alive header (keepalive.go): how long the
 	// connection may stay idle (0: no hint), and the number of
 	// assignments after which it takes no more (0: no hint).
-	kaIdle  time.Duration
-	kaLimit int
+	kaIdle     time.Duration
+	kaLimit    int
+	kaFirstMax int // the first max= seen, plus one (0: none yet)
 }
 
 // idle reports whether the connection is established, takes requests and
@@ -207,6 +208,9 @@ func (p *hostPool) assignLocked(c *pconn, a *attempt) httptrace.GotConnInfo {
 	s.active = true
 	if wasIdle {
 		p.unlistIdleLocked(c)
+		p.tick++
+		s.headTick = p.tick
+		s.reserved = false
 	}
 	if p.budget > 0 && s.assigned >= p.budget {
 		p.retireLocked(c, CloseBudget)
@@ -214,11 +218,6 @@ func (p *hostPool) assignLocked(c *pconn, a *attempt) httptrace.GotConnInfo {
 	}
 	if s.kaLimit > 0 && s.assigned >= s.kaLimit {
 		p.retireLocked(c, CloseKeepAliveEnd) // the server accepts no more on it (Keep-Alive max)
-	}
-	if wasIdle {
-		p.tick++
-		s.headTick = p.tick
-		s.reserved = false
 	}
 	if !a.r.pipelineable || a.alone {
 		s.exclusive = true
