@@ -469,8 +469,7 @@ func (c *pconn) readLoop() {
 	defer c.t.wg.Done()
 	err := c.readResponses()
 	if err == errUpgraded {
-		c.detach()
-		return
+		return // detached: its caller owns the connection
 	}
 	c.fail(err)
 }
@@ -552,8 +551,11 @@ func (c *pconn) readResponses() error {
 		if resp.StatusCode == http.StatusSwitchingProtocols {
 			resp.Body = &upgradeBody{br: c.br, conn: c.conn}
 			c.popHead()
+			// Out of the pool before the caller has it: the connection
+			// is the caller's now.
+			c.detach()
 			if !a.deliver(result{resp: resp}) {
-				return errConnClosing
+				c.closeConn() // nobody took it
 			}
 			return errUpgraded
 		}
