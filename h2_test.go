@@ -270,20 +270,7 @@ func TestH2MaxConcurrentStreams(t *testing.T) {
 	// Learn the server's limit first: until its SETTINGS arrive a new
 	// connection assumes 100 streams (RFC 9113 §6.5.2 leaves it open).
 	h2Get(t, tr, srv.URL, nil)
-	var wg sync.WaitGroup
-	for range 12 {
-		wg.Go(func() {
-			req, _ := http.NewRequestWithContext(parCtx(t), "GET", srv.URL, nil)
-			resp, err := tr.RoundTrip(req)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		})
-	}
-	wg.Wait()
+	h2Parallel(t, tr, srv.URL, 12)
 	if a := accepted.Load(); a > 2 {
 		t.Errorf("server accepted %d connections, want at most 2 (MaxConnsPerHost)", a)
 	}
@@ -705,20 +692,7 @@ func TestH2ObserverBalanced(t *testing.T) {
 		ConnClosed: func(ConnEvent) { closed.Add(1) },
 	}
 	tr := newTestTransport(t, TransportOptions{TLSClientConfig: tlsRoots(srv), Observer: obs})
-	var wg sync.WaitGroup
-	for range 10 {
-		wg.Go(func() {
-			req, _ := http.NewRequestWithContext(parCtx(t), "GET", srv.URL, nil)
-			resp, err := tr.RoundTrip(req)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		})
-	}
-	wg.Wait()
+	h2Parallel(t, tr, srv.URL, 10)
 	h2Get(t, tr, srv.URL, nil)
 	if q, d := queued.Load(), done.Load(); q != d || q == 0 {
 		t.Errorf("RequestQueued %d times, RequestDone %d times", q, d)
@@ -730,4 +704,24 @@ func TestH2ObserverBalanced(t *testing.T) {
 	if o, c := opened.Load(), closed.Load(); o != c || o == 0 {
 		t.Errorf("ConnOpened %d times, ConnClosed %d times after Close, want equal", o, c)
 	}
+}
+
+// h2Parallel sends n GETs of url through tr at once and waits for them,
+// reading and closing each body.
+func h2Parallel(t *testing.T, tr http.RoundTripper, url string, n int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			req, _ := http.NewRequestWithContext(parCtx(t), "GET", url, nil)
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		})
+	}
+	wg.Wait()
 }
