@@ -56,8 +56,10 @@ func closeReason(err error, retired CloseReason) CloseReason {
 		return CloseTransportClosed
 	case err == errUpgraded:
 		return CloseUpgraded
+	case err == errResponseHeaderTimeout:
+		return CloseError // it matches context.DeadlineExceeded too
 	case err == errUnwanted, err == errDrainTooLong,
-		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded) && !isTimeout(err):
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return CloseCanceled
 	case err == errIdleClosed:
 		return CloseServer

@@ -1,7 +1,9 @@
 package pipelined
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"sync"
 	"testing"
 )
@@ -132,6 +134,34 @@ func TestObserverEventsConsistent(t *testing.T) {
 	for id, c := range conns {
 		if *c != (counts{opened: 1, closed: 1}) {
 			t.Errorf("connection %d: %+v, want opened and closed once, as often active as idle", id, *c)
+		}
+	}
+}
+
+func TestCloseReason(t *testing.T) {
+	tests := []struct {
+		err     error
+		retired CloseReason
+		want    CloseReason
+	}{
+		{ErrTransportClosed, 0, CloseTransportClosed},
+		{errUpgraded, 0, CloseUpgraded},
+		{context.Canceled, 0, CloseCanceled},
+		{context.DeadlineExceeded, 0, CloseCanceled},
+		{errResponseHeaderTimeout, 0, CloseError},
+		{errIdleClosed, 0, CloseServer},
+		{errIdleTimeout, CloseIdleTimeout, CloseIdleTimeout},
+		{errKeepAliveTimeout, CloseKeepAliveEnd, CloseKeepAliveEnd},
+		{errClosedIdle, CloseIdleConnections, CloseIdleConnections},
+		{errTooManyIdle, CloseIdleLimit, CloseIdleLimit},
+		{errConnClosing, CloseBudget, CloseBudget},
+		{errConnClosing, CloseRequest, CloseRequest},
+		{errConnClosing, 0, CloseServer},
+		{io.EOF, 0, CloseError},
+	}
+	for _, tt := range tests {
+		if got := closeReason(tt.err, tt.retired); got != tt.want {
+			t.Errorf("closeReason(%v, %v) = %v, want %v", tt.err, tt.retired, got, tt.want)
 		}
 	}
 }
