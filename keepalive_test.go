@@ -198,15 +198,19 @@ func TestKeepAliveMax(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				var posts atomic.Int32
-				// The server closes quietly after accept requests: a request
-				// written past that fails.
+				// The server relies on its max= alone: a request past it on
+				// the connection is refused with 503 (as Node does).
 				srv := &memServer{handle: func(_ int, c net.Conn, br *bufio.Reader) {
-					for served := 0; served < tt.accept; served++ {
+					for served := 0; ; served++ {
 						req, err := http.ReadRequest(br)
 						if err != nil {
 							return
 						}
 						io.Copy(io.Discard, req.Body)
+						if served >= tt.accept {
+							io.WriteString(c, "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+							return
+						}
 						posts.Add(1)
 						fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nKeep-Alive: timeout=5, max=%d\r\nContent-Length: 2\r\n\r\nok", tt.max(served))
 					}
@@ -221,6 +225,9 @@ func TestKeepAliveMax(t *testing.T) {
 					}
 					io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()
+					if resp.StatusCode != http.StatusOK {
+						t.Fatalf("POST %d: %s, written past the server's max", i, resp.Status)
+					}
 				}
 				if got := srv.dials.Load(); got != tt.dials {
 					t.Errorf("dials = %d, want %d", got, tt.dials)
