@@ -60,6 +60,14 @@ type hostPool struct {
 
 	h2      atomic.Pointer[h2Host] // set once a dial negotiated HTTP/2; requests go there
 	learned bool                   // a dial succeeded, so the host's protocol is known
+
+	// First answer (see firstAnswerWait): until the host has answered a
+	// request on this pool, a pipelineable request is not written behind
+	// another while it could dial; once graceEnd has passed without an
+	// answer, it dials as to a serial host.
+	answered   bool
+	graceEnd   time.Time   // zero until the first connection is established
+	graceTimer *time.Timer // dispatches the waiters at graceEnd
 }
 
 // sched is a connection's schedulable state. It belongs to the
@@ -139,7 +147,9 @@ func (p *hostPool) startDialLocked(reqCtx context.Context) {
 	go func() {
 		defer t.wg.Done()
 		stop := context.AfterFunc(t.ctx, cancel)
+		start := time.Now()
 		conn, state, err := t.dial(ctx, p.key)
+		took := time.Since(start)
 		stop()
 		cancel()
 		if err == nil && t.isH2(p.key, state) {
@@ -183,6 +193,7 @@ func (p *hostPool) startDialLocked(reqCtx context.Context) {
 		}
 		p.conns = append(p.conns, c)
 		p.learned = true
+		p.startGraceLocked(took)
 		p.startIdleTimerLocked(c)
 		t.wg.Add(1)
 		go c.readLoop()
@@ -283,6 +294,12 @@ func (p *hostPool) gotHeaders(c *pconn, a *attempt, closing bool) {
 
 func (p *hostPool) gotHeadersLocked(c *pconn, a *attempt, closing bool) {
 	s := &c.s
+	if !p.answered {
+		p.answered = true
+		if p.graceTimer != nil {
+			p.graceTimer.Stop()
+		}
+	}
 	if (!a.r.pipelineable || a.alone) && a.writeDone == nil {
 		// RFC 9112 §9.3.2: others may follow once the final status of a
 		// non-idempotent request is known (and, here, its body written).
@@ -493,6 +510,9 @@ func (p *hostPool) closeIdle() {
 func (p *hostPool) close() {
 	p.mu.Lock()
 	p.closed = true
+	if p.graceTimer != nil {
+		p.graceTimer.Stop()
+	}
 	conns := slices.Clone(p.conns)
 	p.dispatchLocked()
 	p.mu.Unlock()
@@ -552,10 +572,52 @@ func (p *hostPool) noteOrderLocked(gap, wait time.Duration) {
 	}
 }
 
+// The first answer. Until a host has answered once, nothing tells a fast
+// server (where pipelining a burst saves connections at no cost) from one
+// whose answers take long (where a burst pipelined over a few connections
+// waits several service times, and net/http, dialing one connection per
+// request, answers it in one). So a pipelineable request that would be
+// written behind another, while it could dial (MaxConnsPerHost), waits
+// unwritten instead: for a connection that becomes idle, or for the host's
+// first answer, after which it is pipelined as usual; and if no answer
+// comes within firstAnswerWait of the host's first connection (at least
+// twice that connection's dial time: longer than a round trip and a short
+// service time), it dials, as net/http would, until the first answer. A
+// fast server costs a burst one round trip; a slow one, a few
+// milliseconds on top of net/http's time.
+const firstAnswerWait = 5 * time.Millisecond
+
+// startGraceLocked starts the wait for the host's first answer when its
+// first connection is established, took being that connection's dial.
+func (p *hostPool) startGraceLocked(took time.Duration) {
+	if p.answered || !p.graceEnd.IsZero() {
+		return
+	}
+	d := max(2*took, firstAnswerWait)
+	p.graceEnd = time.Now().Add(d)
+	p.graceTimer = time.AfterFunc(d, func() {
+		p.mu.Lock()
+		p.dispatchLocked()
+		p.mu.Unlock()
+	})
+}
+
+// awaitsAnswerLocked reports whether the host has not answered yet and the
+// wait for its first answer is not over: a request must not be pipelined
+// while it could dial.
+func (p *hostPool) awaitsAnswerLocked() bool {
+	return !p.answered && (p.graceEnd.IsZero() || time.Now().Before(p.graceEnd))
+}
+
 // holdsDialLocked reports whether a is held by the pipelining threshold:
-// it may be pipelined, and the host gains from pipelining.
+// it may be pipelined, and the host gains from pipelining (as far as is
+// known: a host that has not answered within its first-answer wait is
+// dialed like a serial one until it does).
 func (p *hostPool) holdsDialLocked(a *attempt) bool {
 	if !p.pipelineable(a) {
+		return false
+	}
+	if !p.answered && !p.graceEnd.IsZero() && !time.Now().Before(p.graceEnd) {
 		return false
 	}
 	if p.serialUntil.IsZero() {

@@ -243,6 +243,7 @@ func TestUnannouncedCloseBudget(t *testing.T) {
 	verifyNoLeaks(t)
 	srv := newRawServer(t, serveEchoN(4))
 	tr := newTestTransport(t, TransportOptions{PipelineConnsPerHost: 2, PipelineDepth: 8})
+	getEchoes(t, tr, srv, 1) // the host has answered: the burst is pipelined
 	getEchoes(t, tr, srv, 300)
 	p := tr.pools[poolKey{scheme: "http", addr: srv.addr}]
 	p.mu.Lock()

@@ -21,7 +21,8 @@ import (
 //     limit, as net/http). The request waits for that dial, or for a
 //     connection that becomes idle first, whichever comes first;
 //  3. for a pipelineable request, the busy connection with the least
-//     expected wait (leastWait.pipeline);
+//     expected wait (leastWait.pipeline), once the host has answered
+//     (pool.go, firstAnswerWait);
 //  4. otherwise it waits in FIFO order, cancellable by its context.
 
 // errPoolGone is returned by acquire when the pool was removed from the
@@ -76,7 +77,7 @@ func (p *hostPool) place(a *attempt) (*pconn, httptrace.GotConnInfo, error) {
 	}
 	if len(p.waiters) == 0 {
 		c := p.policy.idle(p.conns, !a.r.replayable)
-		if c == nil && p.pipelineable(a) && !p.canDialLocked(p.holdsDialLocked(a)) {
+		if c == nil && p.pipelineable(a) && p.mayStackLocked(p.holdsDialLocked(a)) {
 			c = p.policy.pipeline(p.conns, p.depthLocked())
 		}
 		if c != nil {
@@ -143,6 +144,17 @@ func (p *hostPool) canDialLocked(pipelineable bool) bool {
 	return usable < p.t.pipeConns
 }
 
+// mayStackLocked reports whether a pipelineable request (held by the
+// pipelining threshold or not) may be written behind others: it may not
+// dial, and, until the host's first answer (pool.go, firstAnswerWait), it
+// could not dial even beyond the threshold.
+func (p *hostPool) mayStackLocked(held bool) bool {
+	if p.canDialLocked(held) {
+		return false
+	}
+	return !p.awaitsAnswerLocked() || !p.canDialLocked(false)
+}
+
 // dispatchLocked hands connections to waiters in FIFO order: an idle
 // connection to anyone; otherwise the first p.dialing waiters wait for those
 // dials (or for a connection that becomes idle first); a further waiter
@@ -170,7 +182,7 @@ func (p *hostPool) dispatchLocked() {
 			c = p.policy.idle(p.conns, fragile)
 			noIdle = c == nil && !fragile
 		}
-		if c == nil && pipe && !noPipe && covered == 0 && !p.canDialLocked(held) {
+		if c == nil && pipe && !noPipe && covered == 0 && p.mayStackLocked(held) {
 			c = p.policy.pipeline(p.conns, p.depthLocked())
 			noPipe = c == nil
 		}

@@ -39,6 +39,10 @@ func TestTimerHeadOfLine(t *testing.T) {
 		}}
 		tr := NewTransport(TransportOptions{DialContext: srv.dial, MaxConnsPerHost: 2, PipelineConnsPerHost: 1, PipelineDepth: 4, HeadOfLineTimeout: time.Second})
 		defer tr.Close()
+		if got := <-memGet(tr, "/first"); got != "/first" { // the host has answered: requests may be pipelined
+			t.Fatalf("/first = %q", got)
+		}
+		synctest.Wait() // connection 1 is idle again
 		slow := memGet(tr, "/slow")
 		synctest.Wait()
 		behind := memGet(tr, "/behind") // pipelined behind /slow on connection 1
@@ -58,12 +62,65 @@ func TestTimerHeadOfLine(t *testing.T) {
 		if got := <-slow; got != "/slow" {
 			t.Errorf("/slow = %q", got)
 		}
+		synctest.Wait() // connection 1's server has read /behind
 		mu.Lock()
 		defer mu.Unlock()
 		if got := fmt.Sprint(served["/behind"]); got != "[1 2]" && got != "[2 1]" {
 			t.Errorf("/behind ran on connections %s, want 1 and 2", got)
 		}
 	})
+}
+
+// TestTimerFirstAnswer: a burst to a host that has not answered yet is
+// not pipelined while it could dial. A server that answers at once gets
+// it pipelined over PipelineConnsPerHost connections after its first
+// answer; one whose answers take long gets a connection per request once
+// firstAnswerWait has passed, and answers the burst in one service time
+// (plus that wait), as net/http would, not in three.
+func TestTimerFirstAnswer(t *testing.T) {
+	tests := []struct {
+		service   time.Duration // per request, one at a time per connection
+		wantDials int32
+		wantMax   time.Duration // the burst's last answer, at the latest
+	}{
+		{0, 2, firstAnswerWait},
+		{time.Millisecond, 2, 4 * time.Millisecond}, // 3 per connection, give or take one
+		{300 * time.Millisecond, 6, 300*time.Millisecond + firstAnswerWait},
+	}
+	for _, tt := range tests {
+		t.Run(tt.service.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := &memServer{handle: func(n int, c net.Conn, br *bufio.Reader) {
+					for {
+						req, err := http.ReadRequest(br)
+						if err != nil {
+							return
+						}
+						time.Sleep(tt.service)
+						answer(c, req)
+					}
+				}}
+				tr := NewTransport(TransportOptions{DialContext: srv.dial, PipelineConnsPerHost: 2, PipelineDepth: 4})
+				defer tr.Close()
+				start := time.Now()
+				var answers []<-chan string
+				for i := range 6 {
+					answers = append(answers, memGet(tr, fmt.Sprintf("/%d", i)))
+				}
+				for i, ch := range answers {
+					if got, want := <-ch, fmt.Sprintf("/%d", i); got != want {
+						t.Errorf("answer %d = %q, want %q", i, got, want)
+					}
+				}
+				if took := time.Since(start); took > tt.wantMax {
+					t.Errorf("burst answered in %v, want at most %v", took, tt.wantMax)
+				}
+				if got := srv.dials.Load(); got != tt.wantDials {
+					t.Errorf("dials = %d, want %d", got, tt.wantDials)
+				}
+			})
+		})
+	}
 }
 
 func TestTimerResponseHeader(t *testing.T) {
