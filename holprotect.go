@@ -78,6 +78,9 @@ func (c *pconn) holArm(a *attempt, stream bool) {
 	if d <= 0 || c.t.depth <= 1 {
 		return
 	}
+	if a.holAfter > 0 && !stream {
+		d = a.holAfter
+	}
 	c.mu.Lock()
 	head := len(c.fifo) > 0 && c.fifo[0] == a && a.headersRead == stream
 	// A head with nothing behind it holds nobody up: its timer starts
@@ -172,7 +175,67 @@ func (p *hostPool) depthLocked() int {
 	if p.t.depth > 1 && !p.fallbackUntil.IsZero() && time.Now().Before(p.fallbackUntil) {
 		return 1
 	}
+	if p.t.depth > 2 && p.serialLocked() {
+		return serialDepth(p.t.depth, p.dialTook, p.serialGap)
+	}
 	return p.t.depth
+}
+
+// Early re-sends for hosts that run requests one at a time. Against such
+// a host (pool.go, noteOrderLocked) the service time is known (the gap
+// between pipelined answers), so a head that has waited serialHOLGaps
+// service times is late, whatever HeadOfLineTimeout says: the safe
+// requests behind it (at most serialDepth-1, usually one) are re-sent
+// elsewhere then. Each costs the server a duplicate, so early re-sends
+// are held to a budget, as retry budgets are in Envoy and gRPC: each
+// request placed earns hedgeRate of one, up to hedgeBurst, and each
+// request re-sent from behind a late head spends one. Without budget, the
+// head waits HeadOfLineTimeout.
+const (
+	serialHOLGaps = 20
+	serialHOLMin  = 10 * time.Millisecond
+	hedgeRate     = 0.02
+	hedgeBurst    = 10
+)
+
+// holAfterLocked returns the head-of-line threshold of a request placed
+// now (attempt.holAfter): 0 for HeadOfLineTimeout, or an earlier one for
+// a serial host while the budget lasts. It charges nothing: setSlow does.
+func (p *hostPool) holAfterLocked() time.Duration {
+	p.hedgeBudget = min(p.hedgeBudget+hedgeRate, hedgeBurst)
+	if p.hedgeBudget < 1 || p.serialGap <= 0 || !p.serialLocked() {
+		return 0
+	}
+	d := max(serialHOLGaps*p.serialGap, serialHOLMin)
+	if d >= p.t.holTimeout() {
+		return 0
+	}
+	return d
+}
+
+// serialLocked reports whether the host's "runs requests one at a time"
+// verdict is in force.
+func (p *hostPool) serialLocked() bool {
+	return !p.serialUntil.IsZero() && time.Now().Before(p.serialUntil)
+}
+
+// serialDepth is the depth for a host that runs a connection's requests
+// one at a time (pool.go, noteOrderLocked), whose service time is about
+// gap and whose dial took dial (one round trip, or a few with TLS). Such a
+// server gains from pipelining only that the next request is already there
+// when it ends one: a request written as an answer arrives must reach it
+// within its service time of the request in progress. One request behind
+// the head does that when a round trip is shorter than a service time;
+// more requests behind add nothing but head-of-line waits (each slow
+// answer delays every request behind it). So the depth is one plus the
+// service times a round trip spans, at least 2 and at most the configured
+// depth.
+func serialDepth(depth int, dial, gap time.Duration) int {
+	if gap <= 0 {
+		return depth
+	}
+	d := 1 + int((dial+gap-1)/gap)
+	return min(max(d, 2), depth)
 }
 
 // notePipelineFailure is called when c failed with err while unanswered

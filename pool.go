@@ -54,6 +54,9 @@ type hostPool struct {
 	// when the verdict "pipelining gains nothing here" ends.
 	serial      float64
 	serialUntil time.Time
+	serialGap   time.Duration // moving average of the serial gaps seen
+	dialTook    time.Duration // the shortest successful dial: about a round trip
+	hedgeBudget float64       // early re-sends allowed (holprotect.go, holAfterLocked)
 	// kaRetired counts the connections retired before the end their
 	// server announced in Keep-Alive (keepalive.go), for Stats.
 	kaRetired int
@@ -193,6 +196,9 @@ func (p *hostPool) startDialLocked(reqCtx context.Context) {
 		}
 		p.conns = append(p.conns, c)
 		p.learned = true
+		if p.dialTook == 0 || took < p.dialTook {
+			p.dialTook = took
+		}
 		p.startGraceLocked(took)
 		p.startIdleTimerLocked(c)
 		t.wg.Add(1)
@@ -237,6 +243,7 @@ func (p *hostPool) assignLocked(c *pconn, a *attempt) httptrace.GotConnInfo {
 		// Nothing may follow: the connection ends, or leaves the pool.
 		p.retireLocked(c, closeReasonOf(a.r))
 	}
+	a.holAfter = p.holAfterLocked()
 	if a.r.trace == nil || a.r.trace.GotConn == nil {
 		return httptrace.GotConnInfo{}
 	}
@@ -380,6 +387,9 @@ func (p *hostPool) streaming(c *pconn) {
 
 func (p *hostPool) setSlow(c *pconn, on bool) {
 	p.mu.Lock()
+	if on && !c.s.slow && c.s.inflight > 1 {
+		p.hedgeBudget -= float64(c.s.inflight - 1) // those behind are re-sent
+	}
 	c.s.slow = on
 	p.dispatchLocked()
 	p.mu.Unlock()
@@ -564,6 +574,10 @@ func (p *hostPool) noteOrderLocked(gap, wait time.Duration) {
 	sample := 0.0
 	if gap >= serialMinGap && gap*8 >= wait {
 		sample = 1
+		if p.serialGap == 0 {
+			p.serialGap = gap
+		}
+		p.serialGap += (gap - p.serialGap) / 4
 	}
 	p.serial += (sample - p.serial) / 4 // a verdict after 5 serial samples in a row
 	if p.serial >= serialThreshold {

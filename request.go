@@ -134,6 +134,11 @@ type attempt struct {
 
 	askedConn bool // GetConn fired (once per attempt, whatever the pool)
 
+	// holAfter is how long a may wait at the head of its connection before
+	// the safe requests behind it are re-sent elsewhere, set by the pool
+	// when it places a (pool.go, holAfterLocked); 0: HeadOfLineTimeout.
+	holAfter time.Duration
+
 	// For the Observer (observe.go).
 	n                int32       // 1 for the first attempt
 	inflightAtAssign int32       // set under hostPool.mu by assignLocked

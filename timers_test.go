@@ -260,3 +260,121 @@ func TestTimerExpectContinue(t *testing.T) {
 		}
 	})
 }
+
+// TestTimerSerialHostEarlyResend: against a host that runs a connection's
+// requests one at a time, once recognised, requests are pipelined at most
+// one behind another, and a GET behind a head that has taken 20 service
+// times is re-sent on another connection then, not after
+// HeadOfLineTimeout.
+func TestTimerSerialHostEarlyResend(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := &memServer{handle: func(n int, c net.Conn, br *bufio.Reader) {
+			for {
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				if req.URL.Path == "/slow" {
+					time.Sleep(500 * time.Millisecond)
+				} else {
+					time.Sleep(time.Millisecond)
+				}
+				answer(c, req)
+			}
+		}}
+		tr := NewTransport(TransportOptions{DialContext: srv.dial, MaxConnsPerHost: 2, PipelineConnsPerHost: 2, PipelineDepth: 4})
+		defer tr.Close()
+		burst := func(n int) time.Duration {
+			start := time.Now()
+			var answers []<-chan string
+			for i := range n {
+				answers = append(answers, memGet(tr, fmt.Sprintf("/%d", i)))
+			}
+			for i, ch := range answers {
+				if got, want := <-ch, fmt.Sprintf("/%d", i); got != want {
+					t.Fatalf("answer %d = %q, want %q", i, got, want)
+				}
+			}
+			return time.Since(start)
+		}
+		p := tr.pools[poolKey{scheme: "http", addr: "mem.test:80"}]
+		serial := func() (bool, int) {
+			if p == nil {
+				p = tr.pools[poolKey{scheme: "http", addr: "mem.test:80"}]
+			}
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			return p.serialLocked(), p.depthLocked()
+		}
+		for i := 0; ; i++ {
+			burst(8)
+			if ok, _ := serial(); ok && i >= 8 { // and enough requests for the budget
+				break
+			}
+			if i == 50 {
+				t.Fatal("the host was not recognised as serial")
+			}
+		}
+		if _, depth := serial(); depth != 2 {
+			t.Errorf("depth = %d, want 2", depth)
+		}
+		synctest.Wait()
+		slow := memGet(tr, "/slow")
+		synctest.Wait()
+		if took := burst(3); took > 50*time.Millisecond { // one of them behind /slow
+			t.Errorf("GETs beside /slow took %v, want about 20 service times", took)
+		}
+		if got := <-slow; got != "/slow" {
+			t.Errorf("/slow = %q", got)
+		}
+		tr.Close()
+		time.Sleep(time.Second) // the server's goroutines end
+	})
+}
+
+func TestSerialDepth(t *testing.T) {
+	const ms = time.Millisecond
+	tests := []struct {
+		depth     int
+		dial, gap time.Duration
+		want      int
+	}{
+		{10, 100 * time.Microsecond, ms, 2}, // a round trip within a service time
+		{10, 0, ms, 2},
+		{10, 50 * ms, 10 * ms, 6}, // the next request is there after 5 service times
+		{10, 500 * ms, ms, 10},    // at most the configured depth
+		{10, ms, 0, 10},           // no service time known
+		{2, 50 * ms, ms, 2},
+	}
+	for _, tt := range tests {
+		if got := serialDepth(tt.depth, tt.dial, tt.gap); got != tt.want {
+			t.Errorf("serialDepth(%d, %v, %v) = %d, want %d", tt.depth, tt.dial, tt.gap, got, tt.want)
+		}
+	}
+}
+
+// TestHedgeBudget: early re-sends are allowed only while the budget
+// lasts: one per 1/hedgeRate requests placed, and setSlow spends one per
+// request behind the late head.
+func TestHedgeBudget(t *testing.T) {
+	tr := NewTransport(TransportOptions{})
+	defer tr.Close()
+	p := newHostPool(tr, poolKey{scheme: "http", addr: "h:80"})
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.serialUntil = time.Now().Add(time.Minute)
+	p.serialGap = time.Millisecond
+	early := 0
+	for range 1000 {
+		if p.holAfterLocked() > 0 {
+			early++
+			p.hedgeBudget-- // as setSlow does for one request behind
+		}
+	}
+	if want := int(1000 * hedgeRate); early < want-1 || early > want {
+		t.Errorf("%d early re-sends allowed in 1000 requests, want %d", early, want)
+	}
+	if d := p.holAfterLocked(); d != 0 && d != serialHOLGaps*time.Millisecond {
+		t.Errorf("holAfter = %v, want 0 or %v", d, serialHOLGaps*time.Millisecond)
+	}
+}
