@@ -107,14 +107,30 @@ func (p *hostPool) roundTrip(req *http.Request) (*http.Response, error) {
 		closeBody(req)
 	}
 	if o != nil && o.RequestDone != nil && r.obs.last != nil {
-		ev := requestEvent(r.obs.last, time.Now())
-		ev.Err = err
-		if resp != nil {
-			ev.Status = resp.StatusCode
-		}
-		o.RequestDone(ev)
+		observeDone(o, r, resp, err)
 	}
 	return resp, err
+}
+
+// observeDone reports RequestDone. It is kept out of roundTrip so that
+// the event's construction does not enlarge the frame of every waiting
+// caller (memory per request in flight).
+//
+//go:noinline
+func observeDone(o *Observer, r *request, resp *http.Response, err error) {
+	ev := requestEvent(r.obs.last, time.Now())
+	ev.Err = err
+	if resp != nil {
+		ev.Status = resp.StatusCode
+	}
+	o.RequestDone(ev)
+}
+
+// observeQueued reports RequestQueued, out of roundTripAttempts' frame.
+//
+//go:noinline
+func observeQueued(o *Observer, a *attempt) {
+	o.RequestQueued(requestEvent(a, time.Now()))
 }
 
 var errTooManyMoves = errors.New("pipelined: request moved between connections too many times")
@@ -136,7 +152,7 @@ func (p *hostPool) roundTripAttempts(r *request) (*http.Response, error) {
 			r.obs.last = a
 			a.queuedAt = monoNow()
 			if o.RequestQueued != nil {
-				o.RequestQueued(requestEvent(a, time.Now()))
+				observeQueued(o, a)
 			}
 		}
 		c, err := p.acquire(a)
