@@ -112,7 +112,12 @@ func (p *hostPool) place(a *attempt) (*pconn, httptrace.GotConnInfo, error) {
 
 // pipelineable reports whether a may be written behind other requests.
 func (p *hostPool) pipelineable(a *attempt) bool {
-	return a.r.pipelineable && !a.alone && p.depthLocked() > 1
+	return pipelineableAt(a, p.depthLocked())
+}
+
+// pipelineableAt is pipelineable at the host's current depth.
+func pipelineableAt(a *attempt, depth int) bool {
+	return a.r.pipelineable && !a.alone && depth > 1
 }
 
 // canDialLocked reports whether a request may open one more connection:
@@ -164,6 +169,7 @@ func (p *hostPool) dispatchLocked() {
 		return
 	}
 	covered := p.dialing
+	depth := p.depthLocked()
 	needIdle := 0   // waiters that can only take an idle connection
 	noIdle := false // no connection is idle: assignments never make one
 	noPipe := false // no connection can take one more pipelined request
@@ -174,7 +180,7 @@ func (p *hostPool) dispatchLocked() {
 			p.waiters = slices.Delete(p.waiters, i, i+1)
 			continue
 		}
-		pipe := p.pipelineable(w.a)
+		pipe := pipelineableAt(w.a, depth)
 		held := pipe && p.holdsDialLocked(w.a)
 		var c *pconn
 		if !noIdle {
@@ -183,7 +189,7 @@ func (p *hostPool) dispatchLocked() {
 			noIdle = c == nil && !fragile
 		}
 		if c == nil && pipe && !noPipe && covered == 0 && p.mayStackLocked(held) {
-			c = p.policy.pipeline(p.conns, p.depthLocked())
+			c = p.policy.pipeline(p.conns, depth)
 			noPipe = c == nil
 		}
 		if c != nil {
@@ -201,11 +207,19 @@ func (p *hostPool) dispatchLocked() {
 			if !pipe {
 				needIdle++
 			}
-			if noIdle && (noPipe || p.depthLocked() <= 1) && !p.canDialLocked(false) {
-				// No idle connection, no dial, no pipelining: nobody
-				// further in the queue can be placed either.
-				i = len(p.waiters)
-				continue
+			if noIdle && !p.canDialLocked(false) {
+				noPipe = noPipe || depth <= 1 || !p.policy.anyPipeline(p.conns, depth)
+				if noPipe {
+					// No idle connection, no dial, no pipelining: nobody
+					// further in the queue can be placed either.
+					for _, w := range p.waiters[i+1:] {
+						if !pipelineableAt(w.a, depth) {
+							needIdle++
+						}
+					}
+					i = len(p.waiters)
+					continue
+				}
 			}
 		}
 		i++
@@ -289,6 +303,17 @@ func (lw *leastWait) pipeline(conns []*pconn, depth int) *pconn {
 		}
 	}
 	return best
+}
+
+// anyPipeline reports whether some connection may take one more request
+// (sched.canPipeline). Unlike pipeline, it changes nothing.
+func (leastWait) anyPipeline(conns []*pconn, depth int) bool {
+	for _, c := range conns {
+		if c.s.canPipeline(depth) {
+			return true
+		}
+	}
+	return false
 }
 
 // drainCandidate returns the busy connection that will be empty soonest,
