@@ -165,3 +165,23 @@ func TestCloseReason(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseReasonTransportClosed: Close ends an idle connection with
+// CloseTransportClosed, never with the reason its reader then sees (the
+// connection closed under it, as if by the server).
+func TestCloseReasonTransportClosed(t *testing.T) {
+	verifyNoLeaks(t)
+	srv := newRawServer(t, serveEcho)
+	for i := range 100 {
+		reasons := make(chan CloseReason, 1)
+		tr := NewTransport(TransportOptions{Observer: &Observer{
+			ConnClosed: func(ev ConnEvent) { reasons <- ev.Reason },
+		}})
+		getEchoes(t, tr, srv, 1)
+		waitFor(t, "an idle connection", func() bool { return tr.Stats()["http://"+srv.addr].Idle == 1 })
+		tr.Close()
+		if got := <-reasons; got != CloseTransportClosed {
+			t.Fatalf("round %d: close reason %v, want %v", i, got, CloseTransportClosed)
+		}
+	}
+}

@@ -60,6 +60,7 @@ type pconn struct {
 	recentBehind int
 	samples      int // pipelined requests written, for sampling their answers' order
 	dead         bool
+	cause        error // the first fail's error: why the connection ends
 
 	closeOnce sync.Once
 	closed    chan struct{} // closed when conn is closed
@@ -873,6 +874,15 @@ func (c *pconn) closeConn() {
 // fail closes the connection and settles every attempt on it that has no
 // response yet. It may be called more than once, from any goroutine.
 func (c *pconn) fail(err error) {
+	// The first caller's error is the cause: closing the connection makes
+	// the reader fail too, with an error that is only a consequence (an
+	// idle connection would look closed by its server).
+	c.mu.Lock()
+	if c.cause == nil {
+		c.cause = err
+	}
+	err = c.cause
+	c.mu.Unlock()
 	c.closeConn()
 	c.ev.removed(c) // the pool first: it must not hand c out any more
 	c.mu.Lock()
