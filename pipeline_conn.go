@@ -58,7 +58,8 @@ type pconn struct {
 	// and counts down with each request written alone: the connection has
 	// been pipelining recently (pipelining).
 	recentBehind int
-	samples      int // pipelined requests written, for sampling their answers' order
+	samples      int      // pipelined requests written, for sampling their answers' order
+	lastSent     monoTime // when the last request joined fifo
 	dead         bool
 	cause        error // the first fail's error: why the connection ends
 
@@ -229,14 +230,17 @@ func (c *pconn) send(a *attempt) error {
 	} else if c.recentBehind > 0 {
 		c.recentBehind--
 	}
+	now := monoNow()
 	if a.behind {
 		// Sample the order of answers (pool.go, noteOrderLocked): every
 		// pipelined request of a new connection, then one in eight.
 		if c.samples < 16 || c.samples%8 == 0 {
-			a.sentAt = monoNow() // under mu: the reader reads it
+			a.sentAt = now // under mu: the reader reads it
+			a.writeGap = time.Duration(now - c.lastSent)
 		}
 		c.samples++
 	}
+	c.lastSent = now
 	c.fifo = append(c.fifo, a)
 	head := len(c.fifo) == 1
 	var first *attempt // the head, if a is the first request behind it

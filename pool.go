@@ -333,7 +333,7 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers bool) err
 		p.gotHeadersLocked(c, a, closing)
 	}
 	if a.wait > 0 {
-		p.noteOrderLocked(a.gap, a.wait)
+		p.noteOrderLocked(a.gap, a.writeGap)
 	}
 	s := &c.s
 	s.inflight--
@@ -557,32 +557,53 @@ func (p *hostPool) stats() HostStats {
 // ready when the first ends. Against the first kind, when service times
 // are long enough to matter, pipelining serialises what separate
 // connections would run in parallel: net/http, dialing one connection per
-// request, is faster. Such a host is recognised from its answers, and its
-// pipelineable requests dial like any other (up to MaxConnsPerHost) for
-// serialVerdictFor, after which pipelining is tried again. Learning costs
-// the first few pipelined requests one service time each; a long verdict
-// makes that rare.
+// request, is faster. Such a host is recognised from its answers. While the
+// verdict holds (serialVerdictFor, renewed by new evidence) it is pipelined
+// no deeper than it gains from (holprotect.go, serialDepth), and, if its
+// service time is at least serialDialGap, its pipelineable requests dial
+// like any other (up to MaxConnsPerHost). Learning costs the first few
+// pipelined requests one service time each; a long verdict makes that
+// rare.
 const (
-	serialMinGap     = time.Millisecond // below, pipelining still saves round trips and syscalls
+	serialMinGap     = 250 * time.Microsecond // a gap that no server running requests at once leaves
+	serialDialGap    = time.Millisecond       // below, pipelining still saves round trips and syscalls
 	serialThreshold  = 0.75
+	serialRevoke     = 0.25
 	serialVerdictFor = 2 * time.Minute
 )
 
 // noteOrderLocked records the answer of a pipelined request that arrived
-// gap after the answer ahead of it ended, wait after it was written.
-func (p *hostPool) noteOrderLocked(gap, wait time.Duration) {
+// gap after the answer ahead of it ended, and was written writeGap after
+// the request ahead of it. Only a request
+// written right behind the one ahead tells the two kinds of server apart:
+// one that runs requests at once answers both together, one that runs
+// them one at a time answers a service time apart. When callers write one
+// request per answer (a closed loop), the writes are spaced as the answers
+// are, and both kinds of server answer alike: such samples say nothing.
+func (p *hostPool) noteOrderLocked(gap, writeGap time.Duration) {
+	if writeGap >= serialMinGap/2 {
+		return
+	}
 	sample := 0.0
-	if gap >= serialMinGap && gap*8 >= wait {
+	if gap >= serialMinGap {
 		sample = 1
 		if p.serialGap == 0 {
 			p.serialGap = gap
 		}
 		p.serialGap += (gap - p.serialGap) / 4
 	}
-	p.serial += (sample - p.serial) / 4 // a verdict after 5 serial samples in a row
-	if p.serial >= serialThreshold {
+	// A moving score: a verdict after 5 serial samples in a row, renewed
+	// while they last; revoked once most samples show the server running
+	// requests at once (the verdict was wrong, or the server changed), so
+	// that a server whose answers only sometimes look serial (variable
+	// service times) is soon pipelined fully again. A single sample may
+	// mislead either way: answers read late come together.
+	p.serial += (sample - p.serial) / 4
+	switch {
+	case p.serial >= serialThreshold:
 		p.serialUntil = time.Now().Add(serialVerdictFor)
-		p.serial = 0
+	case p.serial < serialRevoke:
+		p.serialUntil = time.Time{}
 	}
 }
 
@@ -634,7 +655,7 @@ func (p *hostPool) holdsDialLocked(a *attempt) bool {
 	if !p.answered && !p.graceEnd.IsZero() && !time.Now().Before(p.graceEnd) {
 		return false
 	}
-	if p.serialUntil.IsZero() {
+	if p.serialUntil.IsZero() || p.serialGap < serialDialGap {
 		return true
 	}
 	if time.Now().After(p.serialUntil) {
@@ -652,7 +673,7 @@ func (p *hostPool) learnedLocked() bool {
 	if p.h2.Load() != nil { // the host speaks HTTP/2; the pool holds its h2Host
 		return true
 	}
-	if p.budget > 0 || p.quietClose > 0 || len(p.pipeFailures) > 0 || p.serial > 0 {
+	if p.budget > 0 || p.quietClose > 0 || len(p.pipeFailures) > 0 || p.serial >= serialRevoke {
 		return true
 	}
 	now := time.Now()

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -295,4 +296,33 @@ func TestIdleTimeoutRemovesPools(t *testing.T) {
 			t.Errorf("pools = %d after the idle timeout, want 0", n)
 		}
 	})
+}
+
+// TestSerialVerdict: noteOrderLocked(gap, writeGap) over a sequence of
+// answers = the verdict "runs requests one at a time" after it.
+func TestSerialVerdict(t *testing.T) {
+	const ms, us = time.Millisecond, time.Microsecond
+	type s struct{ gap, writeGap time.Duration }
+	rep := func(n int, x s) []s { return slices.Repeat([]s{x}, n) }
+	tests := []struct {
+		name    string
+		answers []s
+		want    bool
+	}{
+		{"serial server, burst", rep(5, s{ms, 0}), true},
+		{"concurrent server, burst", rep(20, s{10 * us, 0}), false},
+		{"closed loop: writes spaced as answers", rep(20, s{ms, ms}), false},
+		{"too few", rep(4, s{ms, 0}), false},
+		{"revoked by answers that came together", append(rep(5, s{ms, 0}), rep(4, s{10 * us, 0})...), false},
+		{"one answer read late does not revoke", append(append(rep(5, s{ms, 0}), s{0, 0}), rep(2, s{ms, 0})...), true},
+	}
+	for _, tt := range tests {
+		p := newHostPool(nil, poolKey{})
+		for _, a := range tt.answers {
+			p.noteOrderLocked(a.gap, a.writeGap)
+		}
+		if got := p.serialLocked(); got != tt.want {
+			t.Errorf("%s: serial = %v, want %v", tt.name, got, tt.want)
+		}
+	}
 }

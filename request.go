@@ -159,6 +159,9 @@ type attempt struct {
 	// how long after the response ahead of it ended, and after it was
 	// sent (pool.go, noteOrderLocked).
 	gap, wait time.Duration
+	// writeGap is how long after the request ahead of it a sampled
+	// pipelined request joined the fifo, set by send under pconn.mu.
+	writeGap time.Duration
 	// ka is the Keep-Alive hint of the response, if it had one, set by the
 	// reader before it reports the headers.
 	ka *keepAliveHint
