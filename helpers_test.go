@@ -241,6 +241,40 @@ func (s *memServer) dial(ctx context.Context, network, addr string) (net.Conn, e
 	return client, nil
 }
 
+// memServeSerial returns a memServer handler that answers the requests of
+// a connection one at a time, each after delay(its path) (nil: at once).
+func memServeSerial(delay func(path string) time.Duration) func(int, net.Conn, *bufio.Reader) {
+	return func(_ int, c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			if delay != nil {
+				time.Sleep(delay(req.URL.Path))
+			}
+			answer(c, req)
+		}
+	}
+}
+
+// memBurst sends GET /0 … /n-1 through tr at once, fails t unless each
+// gets its own path back, and returns how long the burst took.
+func memBurst(t *testing.T, tr *Transport, n int) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var answers []<-chan string
+	for i := range n {
+		answers = append(answers, memGet(tr, fmt.Sprintf("/%d", i)))
+	}
+	for i, ch := range answers {
+		if got, want := <-ch, fmt.Sprintf("/%d", i); got != want {
+			t.Fatalf("answer %d = %q, want %q", i, got, want)
+		}
+	}
+	return time.Since(start)
+}
+
 // answer writes a response whose body is the request's path.
 func answer(c net.Conn, req *http.Request) {
 	fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)

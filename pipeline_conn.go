@@ -534,7 +534,7 @@ func (c *pconn) readResponses() error {
 		c.mu.Unlock()
 		if behind && sentAt != 0 && c.prevEnd != 0 {
 			now := monoNow()
-			a.gap, a.wait = time.Duration(now-c.prevEnd), time.Duration(now-sentAt)
+			a.gap, a.timed = time.Duration(now-c.prevEnd), true
 		}
 		if _, ok := resp.Header["Keep-Alive"]; ok {
 			ka := parseKeepAlive(resp.Header)

@@ -332,7 +332,7 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers bool) err
 	if headers {
 		p.gotHeadersLocked(c, a, closing)
 	}
-	if a.wait > 0 {
+	if a.timed {
 		p.noteOrderLocked(a.gap, a.writeGap)
 	}
 	s := &c.s
@@ -644,14 +644,11 @@ func (p *hostPool) awaitsAnswerLocked() bool {
 	return !p.answered && (p.graceEnd.IsZero() || time.Now().Before(p.graceEnd))
 }
 
-// holdsDialLocked reports whether a is held by the pipelining threshold:
-// it may be pipelined, and the host gains from pipelining (as far as is
-// known: a host that has not answered within its first-answer wait is
-// dialed like a serial one until it does).
-func (p *hostPool) holdsDialLocked(a *attempt) bool {
-	if !p.pipelineable(a) {
-		return false
-	}
+// gainsLocked reports whether the host gains from pipelining, so that
+// the pipelining threshold holds back the dials of pipelineable requests
+// (as far as is known: a host that has not answered within its
+// first-answer wait is dialed like a serial one until it does).
+func (p *hostPool) gainsLocked() bool {
 	if !p.answered && !p.graceEnd.IsZero() && !time.Now().Before(p.graceEnd) {
 		return false
 	}

@@ -249,15 +249,7 @@ func TestManyHostsLeaveNoPool(t *testing.T) {
 		n = 5_000
 	}
 	verifyNoLeaks(t)
-	srv := &memServer{handle: func(_ int, c net.Conn, br *bufio.Reader) {
-		for {
-			req, err := http.ReadRequest(br)
-			if err != nil {
-				return
-			}
-			answer(c, req)
-		}
-	}}
+	srv := &memServer{handle: memServeSerial(nil)}
 	tr := newTestTransport(t, TransportOptions{DialContext: srv.dial, MaxIdleConnsPerHost: -1})
 	for i := range n {
 		resp, err := get(t, tr, fmt.Sprintf("http://h%d.test/x", i))
@@ -271,15 +263,7 @@ func TestManyHostsLeaveNoPool(t *testing.T) {
 
 func TestIdleTimeoutRemovesPools(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := &memServer{handle: func(_ int, c net.Conn, br *bufio.Reader) {
-			for {
-				req, err := http.ReadRequest(br)
-				if err != nil {
-					return
-				}
-				answer(c, req)
-			}
-		}}
+		srv := &memServer{handle: memServeSerial(nil)}
 		tr := NewTransport(TransportOptions{DialContext: srv.dial}) // default idle timeout
 		defer tr.Close()
 		for i := range 100 {

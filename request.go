@@ -155,10 +155,11 @@ type attempt struct {
 	behind  bool     // others were in flight: the request was pipelined
 	sentAt  monoTime // for a pipelined request, when it joined the fifo
 
-	// Set by the reader for a pipelined request when its headers arrive:
-	// how long after the response ahead of it ended, and after it was
-	// sent (pool.go, noteOrderLocked).
-	gap, wait time.Duration
+	// Set by the reader for a sampled pipelined request when its headers
+	// arrive (timed): how long after the response ahead of it ended
+	// (pool.go, noteOrderLocked).
+	gap   time.Duration
+	timed bool
 	// writeGap is how long after the request ahead of it a sampled
 	// pipelined request joined the fifo, set by send under pconn.mu.
 	writeGap time.Duration

@@ -77,7 +77,7 @@ func (p *hostPool) place(a *attempt) (*pconn, httptrace.GotConnInfo, error) {
 	}
 	if len(p.waiters) == 0 {
 		c := p.policy.idle(p.conns, !a.r.replayable)
-		if c == nil && p.pipelineable(a) && p.mayStackLocked(p.holdsDialLocked(a)) {
+		if c == nil && p.pipelineable(a) && p.mayStackLocked(p.gainsLocked()) {
 			c = p.policy.pipeline(p.conns, p.depthLocked())
 		}
 		if c != nil {
@@ -170,6 +170,7 @@ func (p *hostPool) dispatchLocked() {
 	}
 	covered := p.dialing
 	depth := p.depthLocked()
+	gains := p.gainsLocked()
 	needIdle := 0   // waiters that can only take an idle connection
 	noIdle := false // no connection is idle: assignments never make one
 	noPipe := false // no connection can take one more pipelined request
@@ -181,7 +182,7 @@ func (p *hostPool) dispatchLocked() {
 			continue
 		}
 		pipe := pipelineableAt(w.a, depth)
-		held := pipe && p.holdsDialLocked(w.a)
+		held := pipe && gains // held back by the pipelining threshold
 		var c *pconn
 		if !noIdle {
 			fragile := !w.a.r.replayable

@@ -90,29 +90,11 @@ func TestTimerFirstAnswer(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.service.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				srv := &memServer{handle: func(n int, c net.Conn, br *bufio.Reader) {
-					for {
-						req, err := http.ReadRequest(br)
-						if err != nil {
-							return
-						}
-						time.Sleep(tt.service)
-						answer(c, req)
-					}
-				}}
+				srv := &memServer{handle: memServeSerial(func(string) time.Duration { return tt.service })}
 				tr := NewTransport(TransportOptions{DialContext: srv.dial, PipelineConnsPerHost: 2, PipelineDepth: 4})
 				defer tr.Close()
-				start := time.Now()
-				var answers []<-chan string
-				for i := range 6 {
-					answers = append(answers, memGet(tr, fmt.Sprintf("/%d", i)))
-				}
-				for i, ch := range answers {
-					if got, want := <-ch, fmt.Sprintf("/%d", i); got != want {
-						t.Errorf("answer %d = %q, want %q", i, got, want)
-					}
-				}
-				if took := time.Since(start); took > tt.wantMax {
+				took := memBurst(t, tr, 6)
+				if took > tt.wantMax {
 					t.Errorf("burst answered in %v, want at most %v", took, tt.wantMax)
 				}
 				if got := srv.dials.Load(); got != tt.wantDials {
@@ -268,46 +250,23 @@ func TestTimerExpectContinue(t *testing.T) {
 // HeadOfLineTimeout.
 func TestTimerSerialHostEarlyResend(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := &memServer{handle: func(n int, c net.Conn, br *bufio.Reader) {
-			for {
-				req, err := http.ReadRequest(br)
-				if err != nil {
-					return
-				}
-				if req.URL.Path == "/slow" {
-					time.Sleep(500 * time.Millisecond)
-				} else {
-					time.Sleep(time.Millisecond)
-				}
-				answer(c, req)
+		srv := &memServer{handle: memServeSerial(func(path string) time.Duration {
+			if path == "/slow" {
+				return 500 * time.Millisecond
 			}
-		}}
+			return time.Millisecond
+		})}
 		tr := NewTransport(TransportOptions{DialContext: srv.dial, MaxConnsPerHost: 2, PipelineConnsPerHost: 2, PipelineDepth: 4})
 		defer tr.Close()
-		burst := func(n int) time.Duration {
-			start := time.Now()
-			var answers []<-chan string
-			for i := range n {
-				answers = append(answers, memGet(tr, fmt.Sprintf("/%d", i)))
-			}
-			for i, ch := range answers {
-				if got, want := <-ch, fmt.Sprintf("/%d", i); got != want {
-					t.Fatalf("answer %d = %q, want %q", i, got, want)
-				}
-			}
-			return time.Since(start)
-		}
+		memBurst(t, tr, 1)
 		p := tr.pools[poolKey{scheme: "http", addr: "mem.test:80"}]
 		serial := func() (bool, int) {
-			if p == nil {
-				p = tr.pools[poolKey{scheme: "http", addr: "mem.test:80"}]
-			}
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			return p.serialLocked(), p.depthLocked()
 		}
 		for i := 0; ; i++ {
-			burst(8)
+			memBurst(t, tr, 8)
 			if ok, _ := serial(); ok && i >= 8 { // and enough requests for the budget
 				break
 			}
@@ -321,7 +280,7 @@ func TestTimerSerialHostEarlyResend(t *testing.T) {
 		synctest.Wait()
 		slow := memGet(tr, "/slow")
 		synctest.Wait()
-		if took := burst(3); took > 50*time.Millisecond { // one of them behind /slow
+		if took := memBurst(t, tr, 3); took > 50*time.Millisecond { // one of them behind /slow
 			t.Errorf("GETs beside /slow took %v, want about 20 service times", took)
 		}
 		if got := <-slow; got != "/slow" {
