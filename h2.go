@@ -783,8 +783,7 @@ func (p *hostPool) h2Dialed(d *dialHandle, conn net.Conn, state *tls.ConnectionS
 	// Before the waiters move, so that they find it rather than dial.
 	h.adopt(conn, state) // on failure, the waiters dial over there
 	p.mu.Lock()
-	ws := p.waiters
-	p.waiters = nil
+	ws := p.waiters.takeAll()
 	for _, w := range ws {
 		w.ch <- waitResult{err: &useH2{h}}
 	}

@@ -27,7 +27,7 @@ type hostPool struct {
 	mu      sync.Mutex
 	conns   []*pconn  // established and not removed (busy, idle or retired)
 	dialing int       // dials in progress
-	waiters []*waiter // FIFO of requests waiting for a connection
+	waiters waitQueue // FIFO of requests waiting for a connection
 	closed  bool
 	gone    bool                     // removed from Transport.pools: requests must get a new pool
 	dials   map[*dialHandle]struct{} // dials in progress
@@ -176,13 +176,11 @@ func (p *hostPool) startDialLocked(reqCtx context.Context) {
 		if err != nil {
 			// Fail the request that has waited longest (it was waiting on
 			// this dial); the next one dials afresh.
-			if len(p.waiters) > 0 {
-				w := p.waiters[0]
-				p.waiters = p.waiters[1:]
-				w.ch <- waitResult{err: err}
+			if p.waiters.len() > 0 {
+				p.waiters.removeAt(0).ch <- waitResult{err: err}
 			}
 			p.dispatchLocked()
-			empty := len(p.conns) == 0 && p.dialing == 0 && len(p.waiters) == 0
+			empty := len(p.conns) == 0 && p.dialing == 0 && p.waiters.len() == 0
 			p.mu.Unlock()
 			if empty {
 				t.removeIfEmpty(p)
@@ -434,7 +432,7 @@ func (p *hostPool) ended(c *pconn, err error, unanswered, answered int) {
 		}
 		p.quietClose = answered
 	}
-	empty := len(p.conns) == 0 && p.dialing == 0 && len(p.waiters) == 0
+	empty := len(p.conns) == 0 && p.dialing == 0 && p.waiters.len() == 0
 	var ev ConnEvent
 	o := p.t.opts.Observer
 	if o != nil && o.ConnClosed != nil {
@@ -497,7 +495,7 @@ func (p *hostPool) closeIfIdle(c *pconn) {
 
 func (p *hostPool) closeIdle() {
 	p.mu.Lock()
-	if len(p.waiters) == 0 {
+	if p.waiters.len() == 0 {
 		// As net/http: dials that no request waits for are cancelled.
 		for d := range p.dials {
 			d.abandoned = true
@@ -540,7 +538,7 @@ func (p *hostPool) isClosed() bool {
 func (p *hostPool) stats() HostStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := HostStats{Open: len(p.conns), Dialing: p.dialing, Queued: len(p.waiters), PipelineDepth: p.depthLocked(), KeepAliveRetired: p.kaRetired}
+	s := HostStats{Open: len(p.conns), Dialing: p.dialing, Queued: p.waiters.len(), PipelineDepth: p.depthLocked(), KeepAliveRetired: p.kaRetired}
 	for _, c := range p.conns {
 		s.InFlight += c.s.inflight
 		if c.s.idle() {

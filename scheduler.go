@@ -37,6 +37,56 @@ type waiter struct {
 	ch chan waitResult // capacity 1
 }
 
+// waitQueue is a pool's FIFO of waiters, guarded by hostPool.mu. It
+// counts the waiters whose request is never pipelined (solo), so that a
+// dispatch that can place nobody further knows how many of the rest wait
+// for an empty connection without scanning them.
+type waitQueue struct {
+	ws   []*waiter
+	solo int // waiters in ws for which solo(w.a) holds
+}
+
+// solo reports whether a is never written behind another request, at any
+// depth.
+func solo(a *attempt) bool { return !a.r.pipelineable || a.alone }
+
+func (q *waitQueue) len() int         { return len(q.ws) }
+func (q *waitQueue) at(i int) *waiter { return q.ws[i] }
+
+func (q *waitQueue) push(w *waiter) {
+	q.ws = append(q.ws, w)
+	if solo(w.a) {
+		q.solo++
+	}
+}
+
+// removeAt removes the i-th waiter, keeping the order of the others.
+func (q *waitQueue) removeAt(i int) *waiter {
+	w := q.ws[i]
+	q.ws = slices.Delete(q.ws, i, i+1)
+	if solo(w.a) {
+		q.solo--
+	}
+	return w
+}
+
+// remove removes w if it is still queued, reporting whether it was.
+func (q *waitQueue) remove(w *waiter) bool {
+	i := slices.Index(q.ws, w)
+	if i < 0 {
+		return false
+	}
+	q.removeAt(i)
+	return true
+}
+
+// takeAll empties the queue and returns its waiters in order.
+func (q *waitQueue) takeAll() []*waiter {
+	ws := q.ws
+	q.ws, q.solo = nil, 0
+	return ws
+}
+
 type waitResult struct {
 	c    *pconn
 	info httptrace.GotConnInfo
@@ -75,7 +125,7 @@ func (p *hostPool) place(a *attempt) (*pconn, httptrace.GotConnInfo, error) {
 		p.mu.Unlock()
 		return nil, httptrace.GotConnInfo{}, &useH2{h}
 	}
-	if len(p.waiters) == 0 {
+	if p.waiters.len() == 0 {
 		c := p.policy.idle(p.conns, !a.r.replayable)
 		if c == nil && p.pipelineable(a) && p.mayStackLocked(p.gainsLocked()) {
 			c = p.policy.pipeline(p.conns, p.depthLocked())
@@ -87,7 +137,7 @@ func (p *hostPool) place(a *attempt) (*pconn, httptrace.GotConnInfo, error) {
 		}
 	}
 	w := &waiter{a: a, ch: make(chan waitResult, 1)}
-	p.waiters = append(p.waiters, w)
+	p.waiters.push(w)
 	p.dispatchLocked()
 	p.mu.Unlock()
 
@@ -96,9 +146,7 @@ func (p *hostPool) place(a *attempt) (*pconn, httptrace.GotConnInfo, error) {
 		return wr.c, wr.info, wr.err
 	case <-ctx.Done():
 		p.mu.Lock()
-		i := slices.Index(p.waiters, w)
-		if i >= 0 {
-			p.waiters = slices.Delete(p.waiters, i, i+1)
+		if p.waiters.remove(w) {
 			p.mu.Unlock()
 			return nil, httptrace.GotConnInfo{}, context.Cause(ctx)
 		}
@@ -117,7 +165,7 @@ func (p *hostPool) pipelineable(a *attempt) bool {
 
 // pipelineableAt is pipelineable at the host's current depth.
 func pipelineableAt(a *attempt, depth int) bool {
-	return a.r.pipelineable && !a.alone && depth > 1
+	return !solo(a) && depth > 1
 }
 
 // canDialLocked reports whether a request may open one more connection:
@@ -165,29 +213,37 @@ func (p *hostPool) mayStackLocked(held bool) bool {
 // dials (or for a connection that becomes idle first); a further waiter
 // starts a dial if it may, or is pipelined if it may.
 func (p *hostPool) dispatchLocked() {
-	if len(p.waiters) == 0 {
+	if p.waiters.len() == 0 {
 		return
 	}
 	covered := p.dialing
 	depth := p.depthLocked()
 	gains := p.gainsLocked()
-	needIdle := 0   // waiters that can only take an idle connection
-	noIdle := false // no connection is idle: assignments never make one
+	needIdle := 0 // waiters that can only take an idle connection
+	keptSolo := 0 // solo waiters left in the queue so far
+	// noIdle: no connection is idle (assignments never make one);
+	// noIdleFragile: none is idle for a request that cannot be retried
+	// (noIdle implies it; the converse fails for a connection near its
+	// server's Keep-Alive end, which only retryable requests take).
+	noIdle, noIdleFragile, settled := false, false, false
 	noPipe := false // no connection can take one more pipelined request
-	for i := 0; i < len(p.waiters); {
-		w := p.waiters[i]
+	for i := 0; i < p.waiters.len(); {
+		w := p.waiters.at(i)
 		if p.closed {
+			p.waiters.removeAt(i)
 			w.ch <- waitResult{err: ErrTransportClosed}
-			p.waiters = slices.Delete(p.waiters, i, i+1)
 			continue
 		}
 		pipe := pipelineableAt(w.a, depth)
 		held := pipe && gains // held back by the pipelining threshold
+		fragile := !w.a.r.replayable
 		var c *pconn
-		if !noIdle {
-			fragile := !w.a.r.replayable
+		if !noIdle && !(fragile && noIdleFragile) {
 			c = p.policy.idle(p.conns, fragile)
-			noIdle = c == nil && !fragile
+			if c == nil {
+				noIdleFragile = true
+				noIdle = !fragile
+			}
 		}
 		if c == nil && pipe && !noPipe && covered == 0 && p.mayStackLocked(held) {
 			c = p.policy.pipeline(p.conns, depth)
@@ -195,9 +251,12 @@ func (p *hostPool) dispatchLocked() {
 		}
 		if c != nil {
 			info := p.assignLocked(c, w.a)
+			p.waiters.removeAt(i)
 			w.ch <- waitResult{c: c, info: info}
-			p.waiters = slices.Delete(p.waiters, i, i+1)
 			continue
+		}
+		if solo(w.a) {
+			keptSolo++
 		}
 		switch {
 		case covered > 0:
@@ -208,17 +267,23 @@ func (p *hostPool) dispatchLocked() {
 			if !pipe {
 				needIdle++
 			}
+			if !noIdle && noIdleFragile && !settled {
+				// Only fragile requests have found no idle connection so far.
+				settled = true
+				noIdle = p.policy.idle(p.conns, false) == nil
+			}
 			if noIdle && !p.canDialLocked(false) {
 				noPipe = noPipe || depth <= 1 || !p.policy.anyPipeline(p.conns, depth)
 				if noPipe {
 					// No idle connection, no dial, no pipelining: nobody
-					// further in the queue can be placed either.
-					for _, w := range p.waiters[i+1:] {
-						if !pipelineableAt(w.a, depth) {
-							needIdle++
-						}
+					// further in the queue can be placed either, and those
+					// that are never pipelined need an idle connection.
+					rest := p.waiters.len() - i - 1
+					if depth > 1 {
+						rest = p.waiters.solo - keptSolo
 					}
-					i = len(p.waiters)
+					needIdle += rest
+					i = p.waiters.len()
 					continue
 				}
 			}

@@ -1,6 +1,9 @@
 package pipelined
 
 import (
+	"io"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -150,4 +153,87 @@ func itoa(n int) string {
 		return string(rune('0' + n))
 	}
 	return itoa(n/10) + string(rune('0'+n%10))
+}
+
+// TestDispatchQueue runs dispatchLocked over a hand-built pool at its
+// connection limit: who is placed, and how many connections are kept
+// free (reserved) for the requests that need an idle one.
+func TestDispatchQueue(t *testing.T) {
+	busy := connState{inflight: 1, exclusive: true}
+	long := time.Now().Add(-time.Minute)
+	tests := []struct {
+		name     string
+		conns    []connState
+		nearEnd  int    // index of an idle connection near its Keep-Alive end, or -1
+		queue    string // P: POST, G: GET (pipelineable), in FIFO order
+		placed   string // the waiters placed, as indexes into queue
+		reserved int
+	}{
+		{"all busy: nobody placed, every connection reserved", []connState{busy, busy}, -1, "PPGPG", "", 2},
+		{"all busy, fewer solo waiters than connections", []connState{busy, busy, busy}, -1, "GPG", "", 1},
+		{"one idle: the first waiter takes it", []connState{{idleSince: long}, busy}, -1, "PGG", "0", 0},
+		{"idle near its Keep-Alive end: only a retryable request takes it", []connState{{idleSince: long}, busy}, 0, "PPGP", "2", 2},
+		{"pipelining: GETs behind a GET", []connState{{inflight: 1}, busy}, -1, "GPG", "02", 1},
+	}
+	for _, tt := range tests {
+		tr := NewTransport(TransportOptions{MaxConnsPerHost: len(tt.conns), PipelineDepth: 4})
+		p := newHostPool(tr, poolKey{scheme: "http", addr: "127.0.0.1:1"})
+		p.conns = testConns(tt.conns...)
+		p.answered = true
+		if tt.nearEnd >= 0 {
+			// Idle for a minute of the 90 s announced: past half of it.
+			p.conns[tt.nearEnd].s.kaIdle = 90 * time.Second
+		}
+		var ws []*waiter
+		for _, m := range tt.queue {
+			method := http.MethodGet
+			if m == 'P' {
+				method = http.MethodPost
+			}
+			var body io.Reader
+			if m == 'P' {
+				body = strings.NewReader("x")
+			}
+			req, _ := http.NewRequest(method, "http://127.0.0.1:1/", body)
+			w := &waiter{a: newAttempt(newRequest(tr, req, p.key), false), ch: make(chan waitResult, 1)}
+			ws = append(ws, w)
+			p.waiters.push(w)
+		}
+		p.mu.Lock()
+		p.dispatchLocked()
+		p.mu.Unlock()
+		var placed string
+		for i, w := range ws {
+			select {
+			case wr := <-w.ch:
+				if wr.err != nil || wr.c == nil {
+					t.Errorf("%s: waiter %d: %v", tt.name, i, wr.err)
+				}
+				placed += itoa(i)
+			default:
+			}
+		}
+		reserved := 0
+		for _, c := range p.conns {
+			if c.s.reserved {
+				reserved++
+			}
+		}
+		if placed != tt.placed || reserved != tt.reserved {
+			t.Errorf("%s: placed %q, reserved %d; want %q, %d", tt.name, placed, reserved, tt.placed, tt.reserved)
+		}
+		if got, want := p.waiters.len(), len(ws)-len(placed); got != want {
+			t.Errorf("%s: %d waiters left, want %d", tt.name, got, want)
+		}
+		solo := 0
+		for _, w := range p.waiters.ws {
+			if !pipelineableAt(w.a, 4) {
+				solo++
+			}
+		}
+		if p.waiters.solo != solo {
+			t.Errorf("%s: waitQueue.solo = %d, want %d", tt.name, p.waiters.solo, solo)
+		}
+		tr.Close()
+	}
 }

@@ -351,7 +351,7 @@ func (t *Transport) removeIfEmpty(p *hostPool) {
 	defer t.mu.Unlock()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed || p.gone || len(p.conns) > 0 || p.dialing > 0 || len(p.waiters) > 0 || p.learnedLocked() {
+	if p.closed || p.gone || len(p.conns) > 0 || p.dialing > 0 || p.waiters.len() > 0 || p.learnedLocked() {
 		return
 	}
 	p.gone = true
