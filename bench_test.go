@@ -186,3 +186,30 @@ func BenchmarkInFlightMemory(b *testing.B) {
 		})
 	}
 }
+
+// floorTransport answers every request at once, with no I/O: what is left
+// is the cost of the plain net/http client API itself.
+type floorTransport struct{}
+
+func (floorTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: 200, ProtoMajor: 1, ProtoMinor: 1, Header: http.Header{}, Body: http.NoBody, Request: req}, nil
+}
+
+// BenchmarkClientAPIFloor is the part of a request's CPU that no
+// RoundTripper can save: http.NewRequest (as the benchmarks program's
+// callers build one per request) and http.Client.Do, over a transport that
+// does nothing. fasthttp's clients reuse their request and response
+// objects and pay none of it; compare with BenchmarkClientGet's cpu-ns/op.
+func BenchmarkClientAPIFloor(b *testing.B) {
+	client := &http.Client{Transport: floorTransport{}}
+	b.ReportAllocs()
+	for b.Loop() {
+		req, _ := http.NewRequest(http.MethodGet, "http://127.0.0.1:1/", nil)
+		resp, err := client.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+}

@@ -184,6 +184,17 @@ var aLongTimeAgo = time.Unix(1, 0)
 // while the caller waits for the response (full duplex, as net/http).
 const maxInlineBody = 64 << 10
 
+// maxSmallBody is the largest request body written with no watch on the
+// request's context (pconn.write): with its head, it fits in any socket
+// send buffer that holds no unread requests of ours.
+const maxSmallBody = 4 << 10
+
+// smallBody reports whether r's body is replayable, of known length and
+// at most maxSmallBody: written from memory, in the caller's goroutine.
+func smallBody(r *request) bool {
+	return r.req.GetBody != nil && r.req.ContentLength > 0 && r.req.ContentLength <= maxSmallBody
+}
+
 // send writes a's request on c. It returns a non-nil error only when
 // nothing of the request was written (errNotWritten, or the context's
 // error); otherwise the outcome arrives on a.res.
@@ -271,7 +282,7 @@ func (c *pconn) write(a *attempt, body io.ReadCloser) {
 	stop := noStop
 	var deadline bool
 	if r.ctx.Done() != nil { // a context that can never be cancelled needs no watch
-		if body != nil || r.method == http.MethodConnect {
+		if body != nil && !smallBody(r) || r.method == http.MethodConnect {
 			stop = context.AfterFunc(r.ctx, func() {
 				c.wdMu.Lock()
 				cancelled = true
@@ -279,10 +290,12 @@ func (c *pconn) write(a *attempt, body io.ReadCloser) {
 				c.wdMu.Unlock()
 			})
 		} else if dl, ok := r.ctx.Deadline(); ok {
-			// A request head alone fits in the socket buffer unless the
-			// server has stopped reading: bound it by the context's
-			// deadline rather than watch the context, which costs more
-			// than the write (an AfterFunc registers with the parent).
+			// A request head, alone or with a small body, fits in the
+			// socket buffer unless the server has stopped reading: bound
+			// it by the context's deadline rather than watch the context,
+			// which costs more than the write (an AfterFunc registers with
+			// the parent). A cancellation meanwhile is seen by await,
+			// which closes the connection if nobody wants its answer.
 			c.conn.SetWriteDeadline(dl)
 			deadline = true
 		}

@@ -55,6 +55,10 @@ type request struct {
 
 	first attempt     // the first attempt, allocated with the request
 	res   chan result // shared by the request's attempts (see newAttempt)
+	// waitCh is the channel of its attempts' waiters, made at the first
+	// wait: place receives the one result sent on it before it returns,
+	// so that the next wait finds it empty.
+	waitCh chan waitResult
 }
 
 func newRequest(t *Transport, req *http.Request, key poolKey) *request {
@@ -185,6 +189,8 @@ type attempt struct {
 	// send the body (expect.go).
 	continueCh   chan struct{} // capacity 1; nil if no 100 is awaited
 	continueOnce sync.Once
+
+	wait waiter // a's place in its pool's queue (scheduler.go, place)
 }
 
 const (

@@ -136,7 +136,11 @@ func (p *hostPool) place(a *attempt) (*pconn, httptrace.GotConnInfo, error) {
 			return c, info, nil
 		}
 	}
-	w := &waiter{a: a, ch: make(chan waitResult, 1)}
+	if a.r.waitCh == nil {
+		a.r.waitCh = make(chan waitResult, 1)
+	}
+	w := &a.wait
+	w.a, w.ch = a, a.r.waitCh
 	p.waiters.push(w)
 	p.dispatchLocked()
 	p.mu.Unlock()
