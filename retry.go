@@ -217,10 +217,14 @@ func (p *hostPool) roundTripAttempts(r *request) (*http.Response, error) {
 
 // await waits for a's outcome or for its caller to give up.
 func (p *hostPool) await(a *attempt) result {
+	done := a.r.ctx.Done()
+	if done == nil {
+		return <-a.res // a context that is never cancelled: no select
+	}
 	select {
 	case res := <-a.res:
 		return res
-	case <-a.r.ctx.Done():
+	case <-done:
 		if a.abandon() {
 			// The connection reads and discards the answer when it comes,
 			// for the sake of the requests behind it; with none, it is
