@@ -785,7 +785,7 @@ func (p *hostPool) h2Dialed(d *dialHandle, conn net.Conn, state *tls.ConnectionS
 	p.mu.Lock()
 	ws := p.waiters.takeAll()
 	for _, w := range ws {
-		w.ch <- waitResult{err: &useH2{h}}
+		w.give(waitResult{err: &useH2{h}})
 	}
 	p.dispatchLocked()
 	p.mu.Unlock()

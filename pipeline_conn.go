@@ -197,7 +197,7 @@ func smallBody(r *request) bool {
 
 // send writes a's request on c. It returns a non-nil error only when
 // nothing of the request was written (errNotWritten, or the context's
-// error); otherwise the outcome arrives on a.res.
+// error); otherwise the outcome is delivered to a (attempt.deliver).
 func (c *pconn) send(a *attempt) error {
 	r := a.r
 	c.pendingWriters.Add(1)

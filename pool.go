@@ -177,7 +177,7 @@ func (p *hostPool) startDialLocked(reqCtx context.Context) {
 			// Fail the request that has waited longest (it was waiting on
 			// this dial); the next one dials afresh.
 			if p.waiters.len() > 0 {
-				p.waiters.removeAt(0).ch <- waitResult{err: err}
+				p.waiters.removeAt(0).give(waitResult{err: err})
 			}
 			p.dispatchLocked()
 			empty := len(p.conns) == 0 && p.dialing == 0 && p.waiters.len() == 0

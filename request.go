@@ -53,12 +53,17 @@ type request struct {
 
 	obs *requestObs // for the Observer (observe.go), only when there is one
 
-	first attempt     // the first attempt, allocated with the request
-	res   chan result // shared by the request's attempts (see newAttempt)
-	// waitCh is the channel of its attempts' waiters, made at the first
-	// wait: place receives the one result sent on it before it returns,
-	// so that the next wait finds it empty.
-	waitCh chan waitResult
+	first attempt // the first attempt, allocated with the request
+	// sig (capacity 1), made with the first attempt, wakes the caller: once
+	// when a waiter of one of its attempts is given a connection
+	// (waiter.give) and once when an attempt's outcome is delivered
+	// (attempt.deliver). The two never overlap: place receives its signal
+	// before it returns, before the attempt can be written; await receives
+	// the outcome's before the next attempt starts. The payloads are in the
+	// waiter and the attempt, written before the send and read after the
+	// receive (a channel of struct{} is one allocation; a channel of
+	// results, two).
+	sig chan struct{}
 }
 
 func newRequest(t *Transport, req *http.Request, key poolKey) *request {
@@ -150,8 +155,9 @@ type attempt struct {
 	activated        bool        // the assignment made the connection active
 	queuedAt         monoTime
 
-	res   chan result  // capacity 1; receives the single outcome
-	state atomic.Int32 // attemptWaiting → attemptDelivered | attemptAbandoned
+	sig   chan struct{} // the request's: signalled once the outcome is in out
+	out   result        // the outcome, written by deliver before it signals
+	state atomic.Int32  // attemptWaiting → attemptDelivered | attemptAbandoned
 
 	// Set under pconn.mu when the attempt joins the connection's fifo.
 	wireOff int64    // bytes handed to the connection before this request's first byte
@@ -207,16 +213,16 @@ type result struct {
 
 func newAttempt(r *request, alone bool) *attempt {
 	// The first attempt lives in the request, and all attempts share one
-	// result channel: an attempt's outcome is always received (or, once
+	// signal channel: an attempt's outcome is always received (or, once
 	// abandoned, never sent) before the next attempt starts.
 	var a *attempt
-	if r.res == nil {
-		r.res = make(chan result, 1)
+	if r.sig == nil {
+		r.sig = make(chan struct{}, 1)
 		a = &r.first
 	} else {
 		a = new(attempt)
 	}
-	a.r, a.alone, a.res = r, alone, r.res
+	a.r, a.alone, a.sig = r, alone, r.sig
 	if r.expectContinue {
 		a.continueCh = make(chan struct{}, 1)
 	}
@@ -229,12 +235,19 @@ func (a *attempt) deliver(res result) bool {
 	if !a.state.CompareAndSwap(attemptWaiting, attemptDelivered) {
 		return false
 	}
-	a.res <- res
+	a.out = res
+	a.sig <- struct{}{}
 	return true
 }
 
+// result waits for the outcome that deliver signals.
+func (a *attempt) result() result {
+	<-a.sig
+	return a.out
+}
+
 // abandon marks the attempt given up by the caller; it reports false if an
-// outcome was already delivered (and is waiting in a.res).
+// outcome was already delivered (and is waiting to be received).
 func (a *attempt) abandon() bool {
 	return a.state.CompareAndSwap(attemptWaiting, attemptAbandoned)
 }

@@ -219,11 +219,11 @@ func (p *hostPool) roundTripAttempts(r *request) (*http.Response, error) {
 func (p *hostPool) await(a *attempt) result {
 	done := a.r.ctx.Done()
 	if done == nil {
-		return <-a.res // a context that is never cancelled: no select
+		return a.result() // a context that is never cancelled: no select
 	}
 	select {
-	case res := <-a.res:
-		return res
+	case <-a.sig:
+		return a.out
 	case <-done:
 		if a.abandon() {
 			// The connection reads and discards the answer when it comes,
@@ -232,6 +232,6 @@ func (p *hostPool) await(a *attempt) result {
 			a.c.dropIfUnwanted()
 			return result{err: context.Cause(a.r.ctx)}
 		}
-		return <-a.res // delivered just now: use it, as net/http does
+		return a.result() // delivered just now: use it, as net/http does
 	}
 }

@@ -31,10 +31,17 @@ import (
 var errPoolGone = errors.New("pipelined: pool removed")
 
 // waiter is a request waiting for a connection. Whoever removes it from
-// hostPool.waiters (under mu) sends it exactly one result on ch.
+// hostPool.waiters (under mu) gives it exactly one result (give).
 type waiter struct {
-	a  *attempt
-	ch chan waitResult // capacity 1
+	a   *attempt
+	sig chan struct{} // the request's (request.sig), capacity 1
+	res waitResult    // written by give before it signals
+}
+
+// give hands w its result and wakes its caller.
+func (w *waiter) give(wr waitResult) {
+	w.res = wr
+	w.sig <- struct{}{}
 }
 
 // waitQueue is a pool's FIFO of waiters, guarded by hostPool.mu. It
@@ -136,18 +143,15 @@ func (p *hostPool) place(a *attempt) (*pconn, httptrace.GotConnInfo, error) {
 			return c, info, nil
 		}
 	}
-	if a.r.waitCh == nil {
-		a.r.waitCh = make(chan waitResult, 1)
-	}
 	w := &a.wait
-	w.a, w.ch = a, a.r.waitCh
+	w.a, w.sig = a, a.sig
 	p.waiters.push(w)
 	p.dispatchLocked()
 	p.mu.Unlock()
 
 	select {
-	case wr := <-w.ch:
-		return wr.c, wr.info, wr.err
+	case <-w.sig:
+		return w.res.c, w.res.info, w.res.err
 	case <-ctx.Done():
 		p.mu.Lock()
 		if p.waiters.remove(w) {
@@ -155,8 +159,8 @@ func (p *hostPool) place(a *attempt) (*pconn, httptrace.GotConnInfo, error) {
 			return nil, httptrace.GotConnInfo{}, context.Cause(ctx)
 		}
 		p.mu.Unlock()
-		if wr := <-w.ch; wr.c != nil {
-			p.release(wr.c)
+		if <-w.sig; w.res.c != nil {
+			p.release(w.res.c)
 		}
 		return nil, httptrace.GotConnInfo{}, context.Cause(ctx)
 	}
@@ -235,7 +239,7 @@ func (p *hostPool) dispatchLocked() {
 		w := p.waiters.at(i)
 		if p.closed {
 			p.waiters.removeAt(i)
-			w.ch <- waitResult{err: ErrTransportClosed}
+			w.give(waitResult{err: ErrTransportClosed})
 			continue
 		}
 		pipe := pipelineableAt(w.a, depth)
@@ -256,7 +260,7 @@ func (p *hostPool) dispatchLocked() {
 		if c != nil {
 			info := p.assignLocked(c, w.a)
 			p.waiters.removeAt(i)
-			w.ch <- waitResult{c: c, info: info}
+			w.give(waitResult{c: c, info: info})
 			continue
 		}
 		if solo(w.a) {

@@ -195,7 +195,8 @@ func TestDispatchQueue(t *testing.T) {
 				body = strings.NewReader("x")
 			}
 			req, _ := http.NewRequest(method, "http://127.0.0.1:1/", body)
-			w := &waiter{a: newAttempt(newRequest(tr, req, p.key), false), ch: make(chan waitResult, 1)}
+			a := newAttempt(newRequest(tr, req, p.key), false)
+			w := &waiter{a: a, sig: a.sig}
 			ws = append(ws, w)
 			p.waiters.push(w)
 		}
@@ -205,8 +206,8 @@ func TestDispatchQueue(t *testing.T) {
 		var placed string
 		for i, w := range ws {
 			select {
-			case wr := <-w.ch:
-				if wr.err != nil || wr.c == nil {
+			case <-w.sig:
+				if wr := w.res; wr.err != nil || wr.c == nil {
 					t.Errorf("%s: waiter %d: %v", tt.name, i, wr.err)
 				}
 				placed += itoa(i)
