@@ -155,9 +155,8 @@ type attempt struct {
 	activated        bool        // the assignment made the connection active
 	queuedAt         monoTime
 
-	sig   chan struct{} // the request's: signalled once the outcome is in out
-	out   result        // the outcome, written by deliver before it signals
-	state atomic.Int32  // attemptWaiting → attemptDelivered | attemptAbandoned
+	out   result       // the outcome, written by deliver before it signals r.sig
+	state atomic.Int32 // attemptWaiting → attemptDelivered | attemptAbandoned
 
 	// Set under pconn.mu when the attempt joins the connection's fifo.
 	wireOff int64    // bytes handed to the connection before this request's first byte
@@ -222,7 +221,7 @@ func newAttempt(r *request, alone bool) *attempt {
 	} else {
 		a = new(attempt)
 	}
-	a.r, a.alone, a.sig = r, alone, r.sig
+	a.r, a.alone = r, alone
 	if r.expectContinue {
 		a.continueCh = make(chan struct{}, 1)
 	}
@@ -236,13 +235,13 @@ func (a *attempt) deliver(res result) bool {
 		return false
 	}
 	a.out = res
-	a.sig <- struct{}{}
+	a.r.sig <- struct{}{}
 	return true
 }
 
 // result waits for the outcome that deliver signals.
 func (a *attempt) result() result {
-	<-a.sig
+	<-a.r.sig
 	return a.out
 }
 

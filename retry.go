@@ -222,7 +222,7 @@ func (p *hostPool) await(a *attempt) result {
 		return a.result() // a context that is never cancelled: no select
 	}
 	select {
-	case <-a.sig:
+	case <-a.r.sig:
 		return a.out
 	case <-done:
 		if a.abandon() {

@@ -34,14 +34,13 @@ var errPoolGone = errors.New("pipelined: pool removed")
 // hostPool.waiters (under mu) gives it exactly one result (give).
 type waiter struct {
 	a   *attempt
-	sig chan struct{} // the request's (request.sig), capacity 1
-	res waitResult    // written by give before it signals
+	res waitResult // written by give before it signals the request's sig
 }
 
 // give hands w its result and wakes its caller.
 func (w *waiter) give(wr waitResult) {
 	w.res = wr
-	w.sig <- struct{}{}
+	w.a.r.sig <- struct{}{}
 }
 
 // waitQueue is a pool's FIFO of waiters, guarded by hostPool.mu. It
@@ -144,13 +143,14 @@ func (p *hostPool) place(a *attempt) (*pconn, httptrace.GotConnInfo, error) {
 		}
 	}
 	w := &a.wait
-	w.a, w.sig = a, a.sig
+	w.a = a
+	sig := a.r.sig
 	p.waiters.push(w)
 	p.dispatchLocked()
 	p.mu.Unlock()
 
 	select {
-	case <-w.sig:
+	case <-sig:
 		return w.res.c, w.res.info, w.res.err
 	case <-ctx.Done():
 		p.mu.Lock()
@@ -159,7 +159,7 @@ func (p *hostPool) place(a *attempt) (*pconn, httptrace.GotConnInfo, error) {
 			return nil, httptrace.GotConnInfo{}, context.Cause(ctx)
 		}
 		p.mu.Unlock()
-		if <-w.sig; w.res.c != nil {
+		if <-sig; w.res.c != nil {
 			p.release(w.res.c)
 		}
 		return nil, httptrace.GotConnInfo{}, context.Cause(ctx)

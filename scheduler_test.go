@@ -195,8 +195,7 @@ func TestDispatchQueue(t *testing.T) {
 				body = strings.NewReader("x")
 			}
 			req, _ := http.NewRequest(method, "http://127.0.0.1:1/", body)
-			a := newAttempt(newRequest(tr, req, p.key), false)
-			w := &waiter{a: a, sig: a.sig}
+			w := &waiter{a: newAttempt(newRequest(tr, req, p.key), false)}
 			ws = append(ws, w)
 			p.waiters.push(w)
 		}
@@ -206,7 +205,7 @@ func TestDispatchQueue(t *testing.T) {
 		var placed string
 		for i, w := range ws {
 			select {
-			case <-w.sig:
+			case <-w.a.r.sig:
 				if wr := w.res; wr.err != nil || wr.c == nil {
 					t.Errorf("%s: waiter %d: %v", tt.name, i, wr.err)
 				}
