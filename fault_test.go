@@ -559,8 +559,10 @@ func TestHeadOfLineResend(t *testing.T) {
 // re-sent, however long the head stalls.
 func TestHeadOfLineDisabled(t *testing.T) {
 	release := make(chan struct{})
+	gotSlow := make(chan struct{})
 	s := newFaultServer(t, func(_, _ int, req *http.Request) fault {
 		if strings.HasSuffix(req.URL.Path, "/slow") {
+			close(gotSlow)
 			<-release
 		}
 		return faultNone
@@ -583,9 +585,16 @@ func TestHeadOfLineDisabled(t *testing.T) {
 			}
 			resp.Body.Close()
 		}()
-		waitFor(t, "Open == 1", func() bool { return tr.Stats()["http://"+s.addr].Open == 1 })
+		if p == "/get/slow" {
+			// The slow request heads the connection before the others
+			// are sent: placed first is not written first.
+			<-gotSlow
+		}
 	}
 	waitFor(t, "InFlight == 3", func() bool { return tr.Stats()["http://"+s.addr].InFlight == 3 })
+	if n := tr.Stats()["http://"+s.addr].Open; n != 1 {
+		t.Errorf("Open = %d, want 1", n)
+	}
 	time.Sleep(20 * time.Millisecond) // a disabled timer must not fire anyway
 	unblock()
 	wg.Wait()

@@ -71,8 +71,27 @@ type pconn struct {
 
 	hol holGuard // head-of-line timer (holprotect.go); has its own mutex
 
-	// prevEnd, owned by the reader goroutine: when the response ahead of
-	// the current head ended, if the head was written behind it.
+	// The read turn (direct.go): who reads br next. rd and pending are
+	// guarded by mu. The reader goroutine waits on wake and restT while
+	// the connection rests; a caller that held the turn signals wake when
+	// it hands the turn back, or re-arms restT when it leaves the
+	// connection resting.
+	rd      readTurn
+	pending *pendingBody  // a head read by a direct reader, its body not yet
+	wake    chan struct{} // capacity 1: rd may have changed
+	restT   *time.Timer   // ends a rest: the reader watches the connection
+	// canDirect: the connection can be checked for bytes without reading
+	// them (quiet), so a caller may read its own answer. Set once.
+	canDirect bool
+
+	// Guarded by deadlineMu: the attempt a caller reads directly while its
+	// context may be cancelled, and whether it was.
+	directA         *attempt
+	directCancelled bool
+	armedUntil      time.Time // the header deadline of armed
+
+	// prevEnd, owned by whoever holds the read turn: when the response
+	// ahead of the current head ended, if the head was written behind it.
 	prevEnd monoTime
 
 	s         sched     // schedulable state: guarded by hostPool.mu (pool.go)
@@ -167,6 +186,13 @@ func newPconn(t *Transport, ev connEvents, conn net.Conn, state *tls.ConnectionS
 	c.br = bufio.NewReaderSize(&c.nr, o.ReadBufferSize)
 	c.wc.conn = conn
 	c.bw = bufio.NewWriterSize(&c.wc, o.WriteBufferSize)
+	if canPeek(conn) {
+		c.canDirect = true
+		c.wake = make(chan struct{}, 1)
+		c.restT = time.NewTimer(restWatch)
+		c.restT.Stop()
+		c.rd = rdFree // the reader goroutine starts at rest (direct.go)
+	}
 	c.s.idleSince = time.Now()
 	c.s.opened = c.s.idleSince
 	return c
@@ -220,9 +246,25 @@ func (c *pconn) send(a *attempt) error {
 		a.deliver(result{err: err})
 		return nil
 	}
+	inline := body == nil || r.req.GetBody != nil && r.req.ContentLength > 0 && r.req.ContentLength <= maxInlineBody
+	var direct, check bool
+	if inline {
+		direct, check = c.claimDirect(a)
+	}
+	if direct && !c.quiet(check) {
+		// Something came while nobody was reading: the server closed the
+		// connection, or sent what nobody asked for. Write nothing; the
+		// reader goroutine reads it and ends the connection.
+		c.stopWriting()
+		c.handBack(rdReader)
+		direct = false
+	}
 	c.mu.Lock()
 	if c.dead || c.noWrite {
 		c.mu.Unlock()
+		if direct {
+			c.handBack(rdReader)
+		}
 		<-c.writeLock
 		if body != nil {
 			if r.req.GetBody != nil {
@@ -258,13 +300,22 @@ func (c *pconn) send(a *attempt) error {
 	if len(c.fifo) == 2 {
 		first = c.fifo[0]
 	}
+	// A request its caller does not read (direct.go) wakes a resting
+	// reader goroutine: its answer is the reader's to read.
+	wakeReader := !direct && c.rd == rdFree
+	if wakeReader {
+		c.rd = rdReader
+	}
 	c.mu.Unlock()
+	if wakeReader {
+		c.wakeReader()
+	}
 	if head {
 		c.armHeaderTimeout(a)
 	} else if first != nil && first.arm.Load() >= 2 {
 		c.holStart(first) // something waits behind the head now
 	}
-	if body != nil && !(r.req.GetBody != nil && r.req.ContentLength > 0 && r.req.ContentLength <= maxInlineBody) {
+	if !inline {
 		// Full duplex: the response may come (and be returned) while the
 		// body is still being written, as with net/http.
 		a.writeDone = make(chan struct{})
@@ -272,6 +323,9 @@ func (c *pconn) send(a *attempt) error {
 		return nil
 	}
 	c.write(a, body)
+	if direct {
+		c.readDirect(a)
+	}
 	return nil
 }
 
@@ -461,7 +515,10 @@ func (c *pconn) armHeaderTimeout(a *attempt) {
 	c.deadlineMu.Lock()
 	if !a.disarmed {
 		c.armed = a
-		c.conn.SetReadDeadline(time.Now().Add(d))
+		c.armedUntil = time.Now().Add(d)
+		if !c.directCancelled {
+			c.conn.SetReadDeadline(c.armedUntil)
+		}
 	}
 	c.deadlineMu.Unlock()
 }
@@ -476,7 +533,9 @@ func (c *pconn) disarm(a *attempt) bool {
 	a.disarmed = true
 	if c.armed == a {
 		c.armed = nil
-		c.conn.SetReadDeadline(time.Time{})
+		if !c.directCancelled {
+			c.conn.SetReadDeadline(time.Time{})
+		}
 		return true
 	}
 	return false
@@ -511,8 +570,22 @@ func (c *pconn) head() *attempt {
 }
 
 func (c *pconn) readResponses() error {
-	limit := c.t.opts.MaxResponseHeaderBytes
 	for {
+		// The read turn (direct.go): a connection with nothing in flight
+		// rests, and its next request's caller may read the answer itself.
+		if err := c.rest(); err != nil {
+			return err
+		}
+		if p := c.takePending(); p != nil {
+			// A direct reader read this head and left the body to us.
+			if err := c.readBody(p.a, p.resp, p.f, p.closing, false); err != nil {
+				return err
+			}
+			if p.closing {
+				return errConnClosing
+			}
+			continue
+		}
 		_, err := c.br.Peek(1)
 		a := c.head()
 		if a == nil {
@@ -523,67 +596,79 @@ func (c *pconn) readResponses() error {
 			// treated as a response.
 			return ErrUnsolicitedResponse
 		}
-		if err != nil {
-			if c.disarm(a) && isTimeout(err) {
-				return errResponseHeaderTimeout
-			}
+		if err := c.readOne(a, err, false); err != nil {
 			return err
-		}
-		if t := a.r.trace; t != nil && t.GotFirstResponseByte != nil && a.state.Load() == attemptWaiting {
-			t.GotFirstResponseByte()
-		}
-		resp, f, err := readResponseHead(c.br, a.r.method, limit, interimHook(a))
-		armed := c.disarm(a)
-		c.holStop()
-		if err != nil {
-			if armed && isTimeout(err) {
-				return errResponseHeaderTimeout
-			}
-			return err
-		}
-		c.mu.Lock()
-		a.headersRead = true
-		behind, sentAt := a.behind, a.sentAt
-		c.mu.Unlock()
-		if behind && sentAt != 0 && c.prevEnd != 0 {
-			now := monoNow()
-			a.gap, a.timed = time.Duration(now-c.prevEnd), true
-		}
-		if _, ok := resp.Header["Keep-Alive"]; ok {
-			ka := parseKeepAlive(resp.Header)
-			a.ka = &ka
-		}
-		resp.Request = a.r.req
-		resp.TLS = c.tls
-		c.observeHeaders(a, resp.StatusCode)
-		a.finalContinue(resp)
-		closing := resp.Close || a.r.closeAfter
-		if closing {
-			// RFC 9112 §9.6: a server that sends "close" processes no
-			// further request on the connection. Write nothing more, and
-			// send what is already written behind this response elsewhere:
-			// it will not run here.
-			c.stopWriting()
-			c.resendBehind(true)
-		}
-		if resp.StatusCode == http.StatusSwitchingProtocols {
-			resp.Body = &upgradeBody{br: c.br, conn: c.conn}
-			c.popHead()
-			// Out of the pool before the caller has it: the connection
-			// is the caller's now.
-			c.detach()
-			if !a.deliver(result{resp: resp}) {
-				c.closeConn() // nobody took it
-			}
-			return errUpgraded
-		}
-		if err := c.readBody(a, resp, f, closing); err != nil {
-			return err
-		}
-		if closing {
-			return errConnClosing
 		}
 	}
+}
+
+// readOne reads the response to a, the head of fifo, whose first byte has
+// arrived (or failed to: peekErr). It returns nil when the connection is
+// positioned at the next response. A direct reader (direct.go) reads only
+// a body already in the buffer; it leaves any other to the reader
+// goroutine (errHandOver, with c.pending set).
+func (c *pconn) readOne(a *attempt, peekErr error, direct bool) error {
+	if peekErr != nil {
+		if c.disarm(a) && isTimeout(peekErr) {
+			return errResponseHeaderTimeout
+		}
+		return peekErr
+	}
+	if t := a.r.trace; t != nil && t.GotFirstResponseByte != nil && a.state.Load() == attemptWaiting {
+		t.GotFirstResponseByte()
+	}
+	resp, f, err := readResponseHead(c.br, a.r.method, c.t.opts.MaxResponseHeaderBytes, interimHook(a))
+	armed := c.disarm(a)
+	c.holStop()
+	if err != nil {
+		if armed && isTimeout(err) {
+			return errResponseHeaderTimeout
+		}
+		return err
+	}
+	c.mu.Lock()
+	a.headersRead = true
+	behind, sentAt := a.behind, a.sentAt
+	c.mu.Unlock()
+	if behind && sentAt != 0 && c.prevEnd != 0 {
+		now := monoNow()
+		a.gap, a.timed = time.Duration(now-c.prevEnd), true
+	}
+	if _, ok := resp.Header["Keep-Alive"]; ok {
+		ka := parseKeepAlive(resp.Header)
+		a.ka = &ka
+	}
+	resp.Request = a.r.req
+	resp.TLS = c.tls
+	c.observeHeaders(a, resp.StatusCode)
+	a.finalContinue(resp)
+	closing := resp.Close || a.r.closeAfter
+	if closing {
+		// RFC 9112 §9.6: a server that sends "close" processes no
+		// further request on the connection. Write nothing more, and
+		// send what is already written behind this response elsewhere:
+		// it will not run here.
+		c.stopWriting()
+		c.resendBehind(true)
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		resp.Body = &upgradeBody{br: c.br, conn: c.conn}
+		c.popHead()
+		// Out of the pool before the caller has it: the connection
+		// is the caller's now.
+		c.detach()
+		if !a.deliver(result{resp: resp}) {
+			c.closeConn() // nobody took it
+		}
+		return errUpgraded
+	}
+	if err := c.readBody(a, resp, f, closing, direct); err != nil {
+		return err
+	}
+	if closing {
+		return errConnClosing
+	}
+	return nil
 }
 
 func isTimeout(err error) bool {
@@ -595,7 +680,7 @@ func isTimeout(err error) bool {
 // response's body buffer, returning when the connection is positioned at
 // the next response. A body already in the read buffer is handed over
 // whole; any other is handed over as it arrives, the headers first.
-func (c *pconn) readBody(a *attempt, resp *http.Response, f framing, closing bool) error {
+func (c *pconn) readBody(a *attempt, resp *http.Response, f framing, closing, direct bool) error {
 	if f.kind == bodyNone {
 		resp.Body = http.NoBody
 		c.finishResponse(a, closing, true)
@@ -613,6 +698,14 @@ func (c *pconn) readBody(a *attempt, resp *http.Response, f framing, closing boo
 		c.finishResponse(a, closing, true)
 		a.deliver(result{resp: resp})
 		return nil
+	}
+	if direct {
+		// The rest of the body is the reader goroutine's to read: the
+		// caller returns with the headers, as from any other response.
+		c.mu.Lock()
+		c.pending = &pendingBody{a: a, resp: resp, f: f, closing: closing}
+		c.mu.Unlock()
+		return errHandOver
 	}
 	c.ev.gotHeaders(c, a, closing)
 	var (

@@ -185,6 +185,12 @@ func (p *hostPool) roundTripAttempts(r *request) (*http.Response, error) {
 			if p.isClosed() {
 				return nil, ErrTransportClosed
 			}
+			if res.err != nil && r.ctx.Err() != nil {
+				// Failed as its caller gave up (a direct read that the
+				// cancellation interrupted, direct.go): the caller's
+				// reason is the error, as net/http reports it.
+				return nil, context.Cause(r.ctx)
+			}
 		}
 		out.moved = res.retry
 		var ce *ConnError

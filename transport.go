@@ -250,6 +250,11 @@ type Transport struct {
 	closed bool
 
 	h2 h2Config // HTTP/2 settings, fixed by init (h2.go)
+
+	// restWatch is how long a connection rests before its reader watches
+	// it again (direct.go); 0: the constant restWatch. Tests lengthen it,
+	// before the first request, to hold a connection at rest.
+	restWatch time.Duration
 }
 
 var _ http.RoundTripper = (*Transport)(nil)

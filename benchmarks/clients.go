@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -342,6 +343,18 @@ type countedConn struct {
 	net.Conn
 	dc   *dialCounter
 	once sync.Once
+}
+
+// SyscallConn exposes the socket of the connection it counts: the wrapper
+// buffers nothing, so a client that looks at the socket without reading
+// it (pipelined's direct reads) sees this connection as the plain TCP
+// connection it is.
+func (c *countedConn) SyscallConn() (syscall.RawConn, error) {
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		return nil, errors.ErrUnsupported
+	}
+	return sc.SyscallConn()
 }
 
 func (c *countedConn) Close() error {

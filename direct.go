@@ -1,0 +1,302 @@
+package pipelined
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+)
+
+// This file is the read turn of a connection: who reads its responses.
+//
+// The reader goroutine of a connection (readLoop) reads every response
+// that arrives while requests share the connection, and watches an idle
+// connection so that a server's close is seen. Handing each response from
+// that goroutine to its caller costs a goroutine wake-up per request, and
+// with few callers (one caller in a loop, a few at a time) more than the
+// rest of the request: the woken caller is often stolen by another
+// processor that was started for it, and every request crosses CPUs. So a
+// connection with nothing in flight and no recent pipelining rests: its
+// reader goroutine waits on a channel, not on the socket, and the caller
+// that writes the next request on it reads its own answer, as
+// fasthttp.HostClient's callers do (a direct read).
+//
+// What the reader goroutine watching gave, a direct read keeps:
+//   - A connection closed by its server while it rested is not written on:
+//     before writing, the caller checks the socket for bytes or an end of
+//     stream without reading them (quiet), and a connection that is not
+//     quiet ends unwritten (the request goes elsewhere, whatever its
+//     method).
+//   - A connection that rests for restWatch is watched again by its reader
+//     goroutine, so that a close is seen (and the socket closed) soon.
+//   - Requests written behind a direct read are read by the reader
+//     goroutine: the direct reader hands the turn back when it is done
+//     (handBack), and so does a caller whose body is not in the buffer
+//     (the reader goroutine reads it, c.pending) or whose context is
+//     cancelled before the answer's first byte.
+//
+// rd is guarded by c.mu and changes only where the turn passes; the fifo
+// appends that decide it happen under the same lock, so a request is
+// never left with nobody to read its answer.
+
+// readTurn says who reads the connection's responses next.
+type readTurn uint8
+
+const (
+	rdReader readTurn = iota // the reader goroutine (reading, or watching an idle connection)
+	rdFree                   // nobody: the reader goroutine rests; a caller may claim it
+	rdDirect                 // a caller reading its own answer
+	rdGone                   // the connection was upgraded: the reader goroutine leaves
+)
+
+// restWatch is how long a connection rests before its reader goroutine
+// watches it again. Requests that come faster find it quiet and read
+// their own answers; one that comes later finds it watched, and its
+// answer is handed over as before. It is far below the idle timeouts of
+// servers (seconds: nginx 75 s, Node and Apache 5 s), so that what a
+// server sends when it closes an idle connection (a FIN, Apache's 408) is
+// seen by a watching reader, as before, and a closed socket is not kept
+// for long.
+const restWatch = 50 * time.Millisecond
+
+// errHandOver: a direct reader leaves the rest of a response to the reader
+// goroutine (c.pending).
+var errHandOver = errors.New("pipelined: response handed to the reader")
+
+// pendingBody is a response whose head a direct reader read and whose body
+// the reader goroutine reads.
+type pendingBody struct {
+	a       *attempt
+	resp    *http.Response
+	f       framing
+	closing bool
+}
+
+// restfulLocked reports whether the connection may rest when it has
+// nothing in flight: it can be checked without reading (canDirect), takes
+// requests, and has not been pipelining lately (requests that share it
+// need the reader goroutine anyway).
+func (c *pconn) restfulLocked() bool {
+	return c.canDirect && !c.noWrite && !c.dead && c.recentBehind == 0 && c.rd != rdGone
+}
+
+// rest is the reader goroutine's wait while the connection rests. It
+// returns nil when the reader goroutine holds the turn (handed back, or the
+// rest lasted restWatch), errUpgraded if the connection left the pool, or
+// an error when the connection is closed.
+func (c *pconn) rest() error {
+	if !c.canDirect {
+		return nil
+	}
+	c.mu.Lock()
+	switch c.rd {
+	case rdGone:
+		c.mu.Unlock()
+		return errUpgraded
+	case rdReader:
+		if len(c.fifo) > 0 || c.pending != nil || !c.restfulLocked() || c.br.Buffered() > 0 {
+			c.mu.Unlock()
+			return nil
+		}
+		c.rd = rdFree
+		c.mu.Unlock()
+		c.armRest()
+	case rdFree:
+		// A new connection starts at rest (newPconn): its first request
+		// may be read by its caller too.
+		c.mu.Unlock()
+		c.armRest()
+	default:
+		// A caller claimed the new connection before its reader began.
+		c.mu.Unlock()
+	}
+	for {
+		var watch bool
+		select {
+		case <-c.wake:
+		case <-c.restT.C:
+			watch = true
+		case <-c.closed:
+			return net.ErrClosed // closed by fail, whose cause stands
+		}
+		c.mu.Lock()
+		if watch && c.rd == rdFree {
+			c.rd = rdReader
+		}
+		rd := c.rd
+		c.mu.Unlock()
+		switch rd {
+		case rdReader:
+			return nil
+		case rdGone:
+			return errUpgraded
+		}
+		// rdDirect: a caller reads; it hands the turn back or frees it
+		// (and re-arms the rest) when done. rdFree after a stale wake.
+	}
+}
+
+// armRest starts (or restarts) the rest's end.
+func (c *pconn) armRest() {
+	d := c.t.restWatch
+	if d == 0 {
+		d = restWatch
+	}
+	c.restT.Reset(d)
+}
+
+// claimDirect gives a's caller the read turn if the connection rests, has
+// nothing in flight and a may read its own answer. The caller holds the
+// write token, so nothing joins fifo meanwhile. If it does, check reports
+// whether the connection must be found quiet before a is written on it.
+func (c *pconn) claimDirect(a *attempt) (ok, check bool) {
+	if !c.canDirect || a.continueCh != nil || a.r.upgrade {
+		// A request that waits for 100 Continue needs the reader while it
+		// writes; one that may upgrade leaves the pool with its reader.
+		return false, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rd != rdFree || len(c.fifo) > 0 || c.dead || c.noWrite {
+		return false, false
+	}
+	c.rd = rdDirect
+	// A request that is sent again if its reused connection turns out
+	// closed (checkRetry) needs no look at the socket first: that costs a
+	// system call on every request, to spare a rare retry, which is what
+	// net/http's reader, racing the caller, spares no better. Any other
+	// must not be written on a connection whose server has said it is
+	// gone.
+	return true, !a.r.replayable || c.answered == 0
+}
+
+// quiet reports whether nothing arrived on the connection while it
+// rested: no bytes and, if socket is set, no end of stream or bytes on the
+// socket either. Only the holder of the read turn may call it.
+func (c *pconn) quiet(socket bool) bool {
+	// RFC 9112 §9.2: bytes with no request outstanding are not a
+	// response. Those that came with the last response are in br.
+	return c.br.Buffered() == 0 && (!socket || socketQuiet(c.conn))
+}
+
+// handBack ends a direct read: the turn goes to the reader goroutine
+// (rdReader), back to rest (rdFree, if the connection may still rest and
+// nothing is in flight; otherwise rdReader), or away (rdGone).
+func (c *pconn) handBack(to readTurn) {
+	// Bytes already buffered with nothing in flight are the reader
+	// goroutine's to judge at once (RFC 9112 §9.2), not after a rest.
+	buffered := to == rdFree && c.br.Buffered() > 0
+	c.mu.Lock()
+	if to == rdFree && (buffered || len(c.fifo) > 0 || c.pending != nil || !c.restfulLocked()) {
+		to = rdReader
+	}
+	c.rd = to
+	c.mu.Unlock()
+	if to == rdFree {
+		c.armRest()
+		return
+	}
+	c.wakeReader()
+}
+
+// wakeReader tells the reader goroutine that rd may have changed.
+func (c *pconn) wakeReader() {
+	select {
+	case c.wake <- struct{}{}:
+	default: // a wake is already pending; the reader reads rd
+	}
+}
+
+// takePending returns the response a direct reader left to the reader
+// goroutine, if any.
+func (c *pconn) takePending() *pendingBody {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.pending
+	c.pending = nil
+	return p
+}
+
+// readDirect reads the answer to a, written alone on c, in its caller's
+// goroutine, and delivers it to a as the reader goroutine would. A
+// cancellation of a's context before the first byte of the answer hands
+// the turn back (the reader goroutine reads and discards the answer, or
+// await closes the connection if nobody waits for it); one later closes
+// the connection, as the reader goroutine's context watch does for a
+// stream.
+func (c *pconn) readDirect(a *attempt) {
+	var stop func() bool
+	ctx := a.r.ctx
+	if ctx.Done() != nil {
+		c.deadlineMu.Lock()
+		c.directA = a
+		c.deadlineMu.Unlock()
+		stop = context.AfterFunc(ctx, func() { c.cancelDirect(a) })
+	}
+	if c.head() != a {
+		// The connection failed while the request was written: its
+		// outcome is delivered already.
+		c.endDirectWatch(stop)
+		c.handBack(rdReader)
+		return
+	}
+	_, err := c.br.Peek(1)
+	if err != nil && c.directWasCancelled() {
+		c.endDirectWatch(stop)
+		c.handBack(rdReader)
+		return
+	}
+	err = c.readOne(a, err, true)
+	cancelled := c.directWasCancelled()
+	c.endDirectWatch(stop)
+	switch {
+	case err == nil:
+		c.handBack(rdFree)
+	case err == errHandOver:
+		c.handBack(rdReader)
+	case err == errUpgraded:
+		c.handBack(rdGone)
+	default:
+		if cancelled && err != errConnClosing {
+			err = context.Cause(ctx)
+		}
+		c.fail(err)
+	}
+}
+
+// cancelDirect interrupts the direct read of a: a's context was cancelled.
+func (c *pconn) cancelDirect(a *attempt) {
+	c.deadlineMu.Lock()
+	if c.directA == a {
+		c.directCancelled = true
+		c.conn.SetReadDeadline(aLongTimeAgo)
+	}
+	c.deadlineMu.Unlock()
+}
+
+func (c *pconn) directWasCancelled() bool {
+	c.deadlineMu.Lock()
+	defer c.deadlineMu.Unlock()
+	return c.directCancelled
+}
+
+// endDirectWatch stops the context watch of a direct read and undoes what
+// a cancellation did to the read deadline, before the turn passes on.
+func (c *pconn) endDirectWatch(stop func() bool) {
+	if stop == nil {
+		return
+	}
+	stop()
+	c.deadlineMu.Lock()
+	c.directA = nil
+	if c.directCancelled {
+		c.directCancelled = false
+		var d time.Time // the header deadline of the new head, if armed
+		if c.armed != nil {
+			d = c.armedUntil
+		}
+		c.conn.SetReadDeadline(d)
+	}
+	c.deadlineMu.Unlock()
+}

@@ -1,0 +1,244 @@
+package pipelined
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httptrace"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// inDirectRead reports whether the calling goroutine is a caller reading
+// its own answer (direct.go): httptrace hooks that fire while a response
+// is read run in the goroutine that reads it.
+func inDirectRead() bool {
+	pc := make([]uintptr, 64)
+	frames := runtime.CallersFrames(pc[:runtime.Callers(2, pc)])
+	for {
+		f, more := frames.Next()
+		if strings.HasSuffix(f.Function, ".(*pconn).readDirect") {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
+}
+
+// directTrace returns ctx with a trace that records in direct whether the
+// answer's first byte was read by its caller.
+func directTrace(ctx context.Context, direct *atomic.Bool) context.Context {
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotFirstResponseByte: func() { direct.Store(inDirectRead()) },
+	})
+}
+
+// TestDirectReadQuiet: a connection that rests is read by the caller of its
+// next request. What arrives while it rests (its server's close, bytes
+// nobody asked for) keeps a request that must not be sent twice from being
+// written on it, and one that may be is sent again: every request is
+// answered, by a fresh connection, and the rested connection receives
+// nothing more.
+func TestDirectReadQuiet(t *testing.T) {
+	tests := []struct {
+		name   string
+		method string
+		// after the first response on a connection: close it, or send
+		// an extra response and keep reading.
+		extra bool
+	}{
+		{"closed, POST", http.MethodPost, false},
+		{"closed, GET", http.MethodGet, false},
+		{"bytes, POST", http.MethodPost, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			verifyNoLeaks(t)
+			var late atomic.Int32 // requests a rested first connection received
+			srv := startRawServer(t, func(n int, c net.Conn) {
+				br := bufio.NewReader(c)
+				for i := 0; ; i++ {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					io.Copy(io.Discard, req.Body)
+					if n == 0 && i > 0 {
+						late.Add(1)
+					}
+					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
+					if n == 0 && !tt.extra {
+						return // closed without notice
+					}
+					if n == 0 {
+						// Apart from the response: the bytes reach the
+						// socket while the connection rests.
+						time.Sleep(5 * time.Millisecond)
+						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nhijack")
+					}
+				}
+			})
+			tr := newTestTransport(t, TransportOptions{})
+			tr.restWatch = time.Hour // the reader never watches during the test
+			var direct atomic.Bool
+			ctx := directTrace(context.Background(), &direct)
+
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.url("/first"), nil)
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := readBody(t, resp); got != "/first" {
+				t.Fatalf("first body = %q, want /first", got)
+			}
+			if !direct.Load() {
+				t.Fatal("the first answer was not read by its caller")
+			}
+			time.Sleep(20 * time.Millisecond) // the close or the bytes arrive
+
+			req, _ = http.NewRequestWithContext(ctx, tt.method, srv.url("/second"), strings.NewReader("body"))
+			resp, err = tr.RoundTrip(req)
+			if err != nil {
+				t.Fatalf("%s /second: %v", tt.method, err)
+			}
+			if got := readBody(t, resp); got != "/second" {
+				t.Errorf("%s /second: body = %q, want /second", tt.method, got)
+			}
+			if n := late.Load(); n != 0 {
+				t.Errorf("the rested connection received %d more requests, want 0", n)
+			}
+			if n := srv.conns.Load(); n != 2 {
+				t.Errorf("connections = %d, want 2", n)
+			}
+		})
+	}
+}
+
+// TestDirectReadCancel: a caller reading its own answer gives up when its
+// context is cancelled, with the context's cause, before the answer's first
+// byte or in the middle of its head, and the connection's next request is
+// answered.
+func TestDirectReadCancel(t *testing.T) {
+	tests := []struct {
+		name    string
+		partial string // what the server sends of the first answer before it stalls
+	}{
+		{"before the first byte", ""},
+		{"in the head", "HTTP/1.1 200 OK\r\nContent-Le"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			verifyNoLeaks(t)
+			stalled := make(chan struct{})
+			srv := startRawServer(t, func(n int, c net.Conn) {
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					if req.URL.Path == "/stall" {
+						io.WriteString(c, tt.partial)
+						close(stalled)
+						io.Copy(io.Discard, br) // until the client closes
+						return
+					}
+					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
+				}
+			})
+			tr := newTestTransport(t, TransportOptions{})
+			tr.restWatch = time.Hour
+			var direct atomic.Bool
+			resp, err := get(t, tr, srv.url("/warm"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			readBody(t, resp)
+
+			cause := errors.New("caller gave up")
+			ctx, cancel := context.WithCancelCause(directTrace(context.Background(), &direct))
+			go func() {
+				<-stalled
+				time.Sleep(10 * time.Millisecond) // the caller waits in its read
+				cancel(cause)
+			}()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.url("/stall"), nil)
+			_, err = tr.RoundTrip(req)
+			if err != cause {
+				t.Fatalf("cancelled GET: err = %v, want %v", err, cause)
+			}
+			if tt.partial != "" && !direct.Load() {
+				t.Error("the stalled answer was not read by its caller")
+			}
+			resp, err = get(t, tr, srv.url("/next"))
+			if err != nil {
+				t.Fatalf("GET /next: %v", err)
+			}
+			if got := readBody(t, resp); got != "/next" {
+				t.Errorf("GET /next: body = %q, want /next", got)
+			}
+		})
+	}
+}
+
+// TestDirectReadNotClaimed: a request whose caller does not read its own
+// answer (it waits for 100 Continue, or its body is written while the
+// answer is read) wakes the reader of a resting connection: it is
+// answered at once, not when the rest ends.
+func TestDirectReadNotClaimed(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		fmt.Fprintf(w, "%s %d", r.URL.Path, n)
+	}))
+	t.Cleanup(srv.Close)
+	big := strings.Repeat("x", maxInlineBody+1)
+	tests := []struct {
+		name   string
+		header string // Expect, if set
+		body   func() io.Reader
+		length int64 // ContentLength; -1: unknown (chunked), no GetBody
+		want   string
+	}{
+		{"100-continue", "100-continue", func() io.Reader { return strings.NewReader("abc") }, 3, "/r 3"},
+		{"streamed body", "", func() io.Reader { return io.MultiReader(strings.NewReader("abcd")) }, -1, "/r 4"},
+		{"large body", "", func() io.Reader { return strings.NewReader(big) }, int64(len(big)), fmt.Sprintf("/r %d", len(big))},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			verifyNoLeaks(t)
+			tr := newTestTransport(t, TransportOptions{ExpectContinueTimeout: time.Minute})
+			tr.restWatch = time.Hour // only a wake-up gets the answer read
+			resp, err := get(t, tr, srv.URL+"/warm")
+			if err != nil {
+				t.Fatal(err)
+			}
+			readBody(t, resp)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/r", tt.body())
+			req.ContentLength = tt.length
+			if tt.length < 0 {
+				req.GetBody = nil
+			}
+			if tt.header != "" {
+				req.Header.Set("Expect", tt.header)
+			}
+			resp, err = tr.RoundTrip(req)
+			if err != nil {
+				t.Fatalf("POST: %v", err)
+			}
+			if got := readBody(t, resp); got != tt.want {
+				t.Errorf("POST: body = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
