@@ -41,7 +41,7 @@ import (
 // never left with nobody to read its answer.
 
 // readTurn says who reads the connection's responses next.
-type readTurn uint8
+type readTurn = uint32
 
 const (
 	rdReader readTurn = iota // the reader goroutine (reading, or watching an idle connection)
@@ -78,28 +78,28 @@ type pendingBody struct {
 // requests, and has not been pipelining lately (requests that share it
 // need the reader goroutine anyway).
 func (c *pconn) restfulLocked() bool {
-	return c.canDirect && !c.noWrite && !c.dead && c.recentBehind == 0 && c.rd != rdGone
+	return c.canDirect && !c.noWrite && !c.dead && c.recentBehind == 0 && c.rd.Load() != rdGone
 }
 
 // rest is the reader goroutine's wait while the connection rests. It
-// returns nil when the reader goroutine holds the turn (handed back, or the
-// rest lasted restWatch), errUpgraded if the connection left the pool, or
-// an error when the connection is closed.
-func (c *pconn) rest() error {
-	if !c.canDirect {
-		return nil
-	}
+// returns when the reader goroutine holds the turn: handed back (with the
+// body a direct reader left it, if any), or after a rest of restWatch. It
+// returns errUpgraded if the connection left the pool, and an error when
+// the connection is closed.
+func (c *pconn) rest() (*pendingBody, error) {
 	c.mu.Lock()
-	switch c.rd {
+	switch c.rd.Load() {
 	case rdGone:
 		c.mu.Unlock()
-		return errUpgraded
+		return nil, errUpgraded
 	case rdReader:
 		if len(c.fifo) > 0 || c.pending != nil || !c.restfulLocked() || c.br.Buffered() > 0 {
+			p := c.pending
+			c.pending = nil
 			c.mu.Unlock()
-			return nil
+			return p, nil
 		}
-		c.rd = rdFree
+		c.rd.Store(rdFree)
 		c.mu.Unlock()
 		c.armRest()
 	case rdFree:
@@ -118,19 +118,23 @@ func (c *pconn) rest() error {
 		case <-c.restT.C:
 			watch = true
 		case <-c.closed:
-			return net.ErrClosed // closed by fail, whose cause stands
+			return nil, net.ErrClosed // closed by fail, whose cause stands
 		}
 		c.mu.Lock()
-		if watch && c.rd == rdFree {
-			c.rd = rdReader
+		if watch && c.rd.Load() == rdFree {
+			c.rd.Store(rdReader)
 		}
-		rd := c.rd
+		rd := c.rd.Load()
+		p := c.pending
+		if rd == rdReader {
+			c.pending = nil
+		}
 		c.mu.Unlock()
 		switch rd {
 		case rdReader:
-			return nil
+			return p, nil
 		case rdGone:
-			return errUpgraded
+			return nil, errUpgraded
 		}
 		// rdDirect: a caller reads; it hands the turn back or frees it
 		// (and re-arms the rest) when done. rdFree after a stale wake.
@@ -156,12 +160,15 @@ func (c *pconn) claimDirect(a *attempt) (ok, check bool) {
 		// writes; one that may upgrade leaves the pool with its reader.
 		return false, false
 	}
+	if c.rd.Load() != rdFree {
+		return false, false // no lock for the busy connections of a pipeline
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.rd != rdFree || len(c.fifo) > 0 || c.dead || c.noWrite {
+	if c.rd.Load() != rdFree || len(c.fifo) > 0 || c.dead || c.noWrite {
 		return false, false
 	}
-	c.rd = rdDirect
+	c.rd.Store(rdDirect)
 	// A request that is sent again if its reused connection turns out
 	// closed (checkRetry) needs no look at the socket first: that costs a
 	// system call on every request, to spare a rare retry, which is what
@@ -191,7 +198,7 @@ func (c *pconn) handBack(to readTurn) {
 	if to == rdFree && (buffered || len(c.fifo) > 0 || c.pending != nil || !c.restfulLocked()) {
 		to = rdReader
 	}
-	c.rd = to
+	c.rd.Store(to)
 	c.mu.Unlock()
 	if to == rdFree {
 		c.armRest()
@@ -206,16 +213,6 @@ func (c *pconn) wakeReader() {
 	case c.wake <- struct{}{}:
 	default: // a wake is already pending; the reader reads rd
 	}
-}
-
-// takePending returns the response a direct reader left to the reader
-// goroutine, if any.
-func (c *pconn) takePending() *pendingBody {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	p := c.pending
-	c.pending = nil
-	return p
 }
 
 // readDirect reads the answer to a, written alone on c, in its caller's

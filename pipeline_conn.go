@@ -76,7 +76,7 @@ type pconn struct {
 	// the connection rests; a caller that held the turn signals wake when
 	// it hands the turn back, or re-arms restT when it leaves the
 	// connection resting.
-	rd      readTurn
+	rd      atomic.Uint32 // a readTurn; changed under mu, read without it only as a hint
 	pending *pendingBody  // a head read by a direct reader, its body not yet
 	wake    chan struct{} // capacity 1: rd may have changed
 	restT   *time.Timer   // ends a rest: the reader watches the connection
@@ -191,7 +191,7 @@ func newPconn(t *Transport, ev connEvents, conn net.Conn, state *tls.ConnectionS
 		c.wake = make(chan struct{}, 1)
 		c.restT = time.NewTimer(restWatch)
 		c.restT.Stop()
-		c.rd = rdFree // the reader goroutine starts at rest (direct.go)
+		c.rd.Store(rdFree) // the reader goroutine starts at rest (direct.go)
 	}
 	c.s.idleSince = time.Now()
 	c.s.opened = c.s.idleSince
@@ -302,9 +302,9 @@ func (c *pconn) send(a *attempt) error {
 	}
 	// A request its caller does not read (direct.go) wakes a resting
 	// reader goroutine: its answer is the reader's to read.
-	wakeReader := !direct && c.rd == rdFree
+	wakeReader := !direct && c.rd.Load() == rdFree
 	if wakeReader {
-		c.rd = rdReader
+		c.rd.Store(rdReader)
 	}
 	c.mu.Unlock()
 	if wakeReader {
@@ -570,13 +570,21 @@ func (c *pconn) head() *attempt {
 }
 
 func (c *pconn) readResponses() error {
+	held := false // the reader holds the read turn (direct.go)
 	for {
 		// The read turn (direct.go): a connection with nothing in flight
 		// rests, and its next request's caller may read the answer itself.
-		if err := c.rest(); err != nil {
-			return err
+		// A reader that holds the turn with bytes buffered reads on: the
+		// pipeline's common case, with no lock taken.
+		var p *pendingBody
+		if c.canDirect && !(held && c.br.Buffered() > 0) {
+			var err error
+			if p, err = c.rest(); err != nil {
+				return err
+			}
+			held = true
 		}
-		if p := c.takePending(); p != nil {
+		if p != nil {
 			// A direct reader read this head and left the body to us.
 			if err := c.readBody(p.a, p.resp, p.f, p.closing, false); err != nil {
 				return err

@@ -26,7 +26,7 @@ import (
 
 // Suites, in the order "all" runs them. Each is a list of scenarios; see
 // suiteScenarios and README.md.
-var suiteNames = []string{"default", "concurrency", "bodies", "p5", "post", "slow", "undici", "hosts", "tls"}
+var suiteNames = []string{"default", "concurrency", "bodies", "p1", "p5", "post", "slow", "undici", "hosts", "tls"}
 
 // defaultSuites run when neither a scenario (C/K/P/DELAY) nor a suite is
 // given: about 2.5 minutes on the project's 2-core machine.
@@ -71,6 +71,13 @@ func suiteScenarios(name string, o *options) []scenario {
 	case "bodies":
 		for _, b := range bodySizes {
 			out = append(out, scenario{Server: modeConcurrent, C: 5, K: 10, P: 50, Body: b})
+		}
+	case "p1":
+		// One caller in a loop, and two: a program that calls a service
+		// one request after another, where a request's cost is its own
+		// (nothing to share a write or a wake-up with).
+		for _, p := range []int{1, 2} {
+			out = append(out, both(scenario{C: 5, K: 10, P: p, Body: 128})...)
 		}
 	case "p5":
 		// As many callers as connections: nothing to pipeline.
