@@ -2,6 +2,7 @@ package pipelined
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"net/http"
@@ -184,7 +185,29 @@ func (c *pconn) claimDirect(a *attempt) (ok, check bool) {
 func (c *pconn) quiet(socket bool) bool {
 	// RFC 9112 §9.2: bytes with no request outstanding are not a
 	// response. Those that came with the last response are in br.
-	return c.br.Buffered() == 0 && (!socket || socketQuiet(c.conn))
+	if c.br.Buffered() > 0 {
+		return false
+	}
+	if _, ok := c.conn.(*tls.Conn); ok && !c.tlsQuiet() {
+		return false
+	}
+	return !socket || socketQuiet(c.conn)
+}
+
+// tlsQuiet reports whether the TLS connection holds no record that is not
+// read: a close_notify, or data, that came in the same segment as the
+// last response is read from the socket with it and kept by the TLS
+// connection, out of sight of the socket. A read with its deadline past
+// processes what the TLS connection holds and touches no socket: it ends
+// with a timeout if nothing is there (a timeout does not break a TLS
+// connection). Data it finds stays in br for the reader goroutine.
+func (c *pconn) tlsQuiet() bool {
+	c.deadlineMu.Lock()
+	defer c.deadlineMu.Unlock()
+	c.conn.SetReadDeadline(aLongTimeAgo)
+	_, err := c.br.Peek(1)
+	c.conn.SetReadDeadline(time.Time{}) // nothing in flight: no header timer is armed
+	return isTimeout(err)
 }
 
 // handBack ends a direct read: the turn goes to the reader goroutine

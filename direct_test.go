@@ -3,6 +3,7 @@ package pipelined
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -49,22 +50,43 @@ func directTrace(ctx context.Context, direct *atomic.Bool) context.Context {
 // answered, by a fresh connection, and the rested connection receives
 // nothing more.
 func TestDirectReadQuiet(t *testing.T) {
+	// The TLS rows: the server's certificate, and a client trusting it.
+	certs := httptest.NewTLSServer(http.NotFoundHandler())
+	t.Cleanup(certs.Close)
 	tests := []struct {
 		name   string
 		method string
 		// after the first response on a connection: close it, or send
 		// an extra response and keep reading.
 		extra bool
+		tls   bool
+		// writes of the second request: 2 where a close in the socket
+		// is left to the retry (a GET, which skips the look at the
+		// socket); 1 where it is seen before the write.
+		writes int32
 	}{
-		{"closed, POST", http.MethodPost, false},
-		{"closed, GET", http.MethodGet, false},
-		{"bytes, POST", http.MethodPost, true},
+		{"closed, POST", http.MethodPost, false, false, 1},
+		{"closed, GET", http.MethodGet, false, false, 2},
+		{"bytes, POST", http.MethodPost, true, false, 1},
+		// The TLS server's response and close_notify leave in one
+		// segment: the close_notify is read with the response, and held
+		// by the TLS connection, where the socket shows nothing.
+		{"TLS closed, POST", http.MethodPost, false, true, 1},
+		{"TLS closed, GET", http.MethodGet, false, true, 1},
+		{"TLS bytes, POST", http.MethodPost, true, true, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			verifyNoLeaks(t)
 			var late atomic.Int32 // requests a rested first connection received
 			srv := startRawServer(t, func(n int, c net.Conn) {
+				var hold *holdConn
+				if tt.tls {
+					hold = &holdConn{Conn: c}
+					tc := tls.Server(hold, certs.TLS)
+					defer tc.Close() // a close_notify, then the FIN
+					c = tc
+				}
 				br := bufio.NewReader(c)
 				for i := 0; ; i++ {
 					req, err := http.ReadRequest(br)
@@ -74,6 +96,9 @@ func TestDirectReadQuiet(t *testing.T) {
 					io.Copy(io.Discard, req.Body)
 					if n == 0 && i > 0 {
 						late.Add(1)
+					}
+					if hold != nil && n == 0 && !tt.extra {
+						hold.hold()
 					}
 					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
 					if n == 0 && !tt.extra {
@@ -87,12 +112,16 @@ func TestDirectReadQuiet(t *testing.T) {
 					}
 				}
 			})
-			tr := newTestTransport(t, TransportOptions{})
+			opts, base := TransportOptions{}, srv.url("")
+			if tt.tls {
+				opts.TLSClientConfig, base = tlsRoots(certs), "https://"+srv.addr
+			}
+			tr := newTestTransport(t, opts)
 			tr.restWatch = time.Hour // the reader never watches during the test
 			var direct atomic.Bool
 			ctx := directTrace(context.Background(), &direct)
 
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.url("/first"), nil)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/first", nil)
 			resp, err := tr.RoundTrip(req)
 			if err != nil {
 				t.Fatal(err)
@@ -105,7 +134,11 @@ func TestDirectReadQuiet(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond) // the close or the bytes arrive
 
-			req, _ = http.NewRequestWithContext(ctx, tt.method, srv.url("/second"), strings.NewReader("body"))
+			var writes atomic.Int32
+			ctx = httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+				WroteRequest: func(httptrace.WroteRequestInfo) { writes.Add(1) },
+			})
+			req, _ = http.NewRequestWithContext(ctx, tt.method, base+"/second", strings.NewReader("body"))
 			resp, err = tr.RoundTrip(req)
 			if err != nil {
 				t.Fatalf("%s /second: %v", tt.method, err)
@@ -119,8 +152,38 @@ func TestDirectReadQuiet(t *testing.T) {
 			if n := srv.conns.Load(); n != 2 {
 				t.Errorf("connections = %d, want 2", n)
 			}
+			if n := writes.Load(); n != tt.writes {
+				t.Errorf("%s /second written %d times, want %d", tt.method, n, tt.writes)
+			}
 		})
 	}
+}
+
+// holdConn is a server's connection whose writes, once hold is called,
+// are kept until Close and then written at once: what a TLS server writes
+// last (a response, a close_notify) reaches the client in one segment.
+type holdConn struct {
+	net.Conn
+	held atomic.Bool
+	buf  []byte // guarded by the connection's single writer
+}
+
+func (c *holdConn) hold() { c.held.Store(true) }
+
+func (c *holdConn) Write(p []byte) (int, error) {
+	if c.held.Load() {
+		c.buf = append(c.buf, p...)
+		return len(p), nil
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *holdConn) Close() error {
+	if len(c.buf) > 0 {
+		c.Conn.SetWriteDeadline(time.Time{}) // tls.Conn.Close leaves one in the past
+		c.Conn.Write(c.buf)
+	}
+	return c.Conn.Close()
 }
 
 // TestDirectReadCancel: a caller reading its own answer gives up when its

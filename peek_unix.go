@@ -3,6 +3,7 @@
 package pipelined
 
 import (
+	"crypto/tls"
 	"net"
 	"syscall"
 )
@@ -14,6 +15,11 @@ import (
 // any other wrapper, may hold bytes of its own (a record, a proxy's
 // buffer), so it is never looked at this way.
 func canPeek(conn net.Conn) bool {
+	if tc, ok := conn.(*tls.Conn); ok {
+		// TLS over a socket: the records the TLS connection already
+		// holds are looked at through it (pconn.quiet), the socket so.
+		conn = tc.NetConn()
+	}
 	_, ok := conn.(syscall.Conn)
 	return ok
 }
@@ -22,6 +28,9 @@ func canPeek(conn net.Conn) bool {
 // an end of stream nor an error, without reading or waiting: a recv with
 // MSG_PEEK and MSG_DONTWAIT that finds nothing (EAGAIN).
 func socketQuiet(conn net.Conn) bool {
+	if tc, ok := conn.(*tls.Conn); ok {
+		conn = tc.NetConn()
+	}
 	sc, ok := conn.(syscall.Conn)
 	if !ok {
 		return false
