@@ -246,30 +246,38 @@ func (c *pconn) wakeReader() {
 // the connection, as the reader goroutine's context watch does for a
 // stream.
 func (c *pconn) readDirect(a *attempt) {
-	var stop func() bool
+	c.directing.Store(a)
 	ctx := a.r.ctx
+	c.directStop = nil
 	if ctx.Done() != nil {
 		c.deadlineMu.Lock()
 		c.directA = a
 		c.deadlineMu.Unlock()
-		stop = context.AfterFunc(ctx, func() { c.cancelDirect(a) })
+		c.directStop = context.AfterFunc(ctx, func() { c.cancelDirect(a) })
 	}
 	if c.head() != a {
 		// The connection failed while the request was written: its
 		// outcome is delivered already.
-		c.endDirectWatch(stop)
+		c.directing.Store(nil)
+		c.endDirectWatch()
 		c.handBack(rdReader)
 		return
 	}
 	_, err := c.br.Peek(1)
 	if err != nil && c.directWasCancelled() {
-		c.endDirectWatch(stop)
+		c.directing.Store(nil)
+		c.endDirectWatch()
 		c.handBack(rdReader)
 		return
 	}
 	err = c.readOne(a, err, true)
+	if !c.directing.CompareAndSwap(a, nil) {
+		// Read in full: finishResponse handed the turn on (directDone)
+		// before the pool could give the connection to a waiter.
+		return
+	}
 	cancelled := c.directWasCancelled()
-	c.endDirectWatch(stop)
+	c.endDirectWatch()
 	switch {
 	case err == nil:
 		c.handBack(rdFree)
@@ -283,6 +291,21 @@ func (c *pconn) readDirect(a *attempt) {
 		}
 		c.fail(err)
 	}
+}
+
+// directDone ends the direct read of a once its response is read in full
+// and the connection is kept, from finishResponse: after the answer left
+// fifo and before the pool, told that the connection is free, hands it to
+// a waiter, so that the waiter finds it resting and reads its own answer
+// too (a queue of POSTs), instead of finding it still held and leaving its
+// answer to the reader goroutine. It does nothing for the reader
+// goroutine's responses.
+func (c *pconn) directDone(a *attempt) {
+	if c.directing.Load() != a || !c.directing.CompareAndSwap(a, nil) {
+		return
+	}
+	c.endDirectWatch()
+	c.handBack(rdFree)
 }
 
 // cancelDirect interrupts the direct read of a: a's context was cancelled.
@@ -303,10 +326,12 @@ func (c *pconn) directWasCancelled() bool {
 
 // endDirectWatch stops the context watch of a direct read and undoes what
 // a cancellation did to the read deadline, before the turn passes on.
-func (c *pconn) endDirectWatch(stop func() bool) {
+func (c *pconn) endDirectWatch() {
+	stop := c.directStop
 	if stop == nil {
 		return
 	}
+	c.directStop = nil
 	stop()
 	c.deadlineMu.Lock()
 	c.directA = nil

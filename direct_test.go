@@ -305,3 +305,57 @@ func TestDirectReadNotClaimed(t *testing.T) {
 		})
 	}
 }
+
+// TestDirectReadHandsOn: a connection freed by a direct read is resting
+// before the pool gives it to a waiting request, so that request's caller
+// reads its own answer too (a queue of POSTs on few connections), however
+// long the first caller's own hooks take.
+func TestDirectReadHandsOn(t *testing.T) {
+	verifyNoLeaks(t)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/first" {
+			<-release
+		}
+		io.Copy(io.Discard, r.Body)
+		io.WriteString(w, r.URL.Path)
+	}))
+	t.Cleanup(srv.Close)
+	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1})
+	tr.restWatch = time.Hour
+	post := func(path string, direct *atomic.Bool) error {
+		ctx := directTrace(context.Background(), direct)
+		if path == "/first" {
+			// A slow hook of the caller, after the pool has the
+			// connection back: the turn must not wait for it.
+			ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+				PutIdleConn: func(error) { time.Sleep(20 * time.Millisecond) },
+			})
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+path, strings.NewReader("x"))
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			return err
+		}
+		if got := readBody(t, resp); got != path {
+			return fmt.Errorf("body %q, want %q", got, path)
+		}
+		return nil
+	}
+	var first, second atomic.Bool
+	errFirst, errSecond := make(chan error, 1), make(chan error, 1)
+	go func() { errFirst <- post("/first", &first) }()
+	waitFor(t, "InFlight == 1", func() bool { return tr.Stats()[srv.URL].InFlight == 1 })
+	go func() { errSecond <- post("/second", &second) }()
+	waitFor(t, "Queued == 1", func() bool { return tr.Stats()[srv.URL].Queued == 1 })
+	close(release)
+	if err := <-errFirst; err != nil {
+		t.Fatalf("POST /first: %v", err)
+	}
+	if err := <-errSecond; err != nil {
+		t.Fatalf("POST /second: %v", err)
+	}
+	if !first.Load() || !second.Load() {
+		t.Errorf("answers read by their callers: first %v, second %v; want both", first.Load(), second.Load())
+	}
+}

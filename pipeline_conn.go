@@ -84,6 +84,14 @@ type pconn struct {
 	// them (quiet), so a caller may read its own answer. Set once.
 	canDirect bool
 
+	// directing is the attempt whose caller reads its own answer, until
+	// the turn passes on; directStop ends the watch of its context. Both
+	// belong to the holder of the read turn (directing is atomic so that
+	// the end of a direct read is taken once, by finishResponse or by
+	// readDirect).
+	directing  atomic.Pointer[attempt]
+	directStop func() bool
+
 	// Guarded by deadlineMu: the attempt a caller reads directly while its
 	// context may be cancelled, and whether it was.
 	directA         *attempt
@@ -881,6 +889,9 @@ func (c *pconn) finishResponse(a *attempt, closing, headers bool) {
 		}
 	}
 	c.popHead()
+	if !closing {
+		c.directDone(a)
+	}
 	put := c.ev.responseDone(c, a, closing, headers)
 	c.putIdleTrace(a, put)
 }
