@@ -25,10 +25,12 @@ import (
 //
 // What the reader goroutine watching gave, a direct read keeps:
 //   - A connection closed by its server while it rested is not written on:
-//     before writing, the caller checks the socket for bytes or an end of
-//     stream without reading them (quiet), and a connection that is not
-//     quiet ends unwritten (the request goes elsewhere, whatever its
-//     method).
+//     before writing a request that a retry would not cover, the caller
+//     checks the socket (and what a TLS connection holds) for bytes or an
+//     end of stream without reading them (quiet), and a connection that is
+//     not quiet ends unwritten: the request goes elsewhere. A request that
+//     a retry covers checks only the read buffer; a close seen after its
+//     write sends it again (checkRetry), as with net/http.
 //   - A connection that rests for restWatch is watched again by its reader
 //     goroutine, so that a close is seen (and the socket closed) soon.
 //   - Requests written behind a direct read are read by the reader
@@ -37,9 +39,11 @@ import (
 //     (the reader goroutine reads it, c.pending) or whose context is
 //     cancelled before the answer's first byte.
 //
-// rd is guarded by c.mu and changes only where the turn passes; the fifo
-// appends that decide it happen under the same lock, so a request is
-// never left with nobody to read its answer.
+// rd changes under c.mu, only where the turn passes (it is read without
+// the lock only as a hint); the fifo appends that decide it happen under
+// the same lock, so a request is never left with nobody to read its
+// answer. The holder of the turn alone reads br, prevEnd, directing's
+// attempt and directStop.
 
 // readTurn says who reads the connection's responses next.
 type readTurn = uint32
