@@ -79,6 +79,9 @@ func suiteScenarios(name string, o *options) []scenario {
 		for _, p := range []int{1, 2} {
 			out = append(out, both(scenario{C: 5, K: 10, P: p, Body: 128})...)
 		}
+		// One caller sending POSTs one after another: each may need a
+		// look at the socket before it is written.
+		out = append(out, both(scenario{C: 5, K: 10, P: 1, Body: 128, Method: http.MethodPost, ReqBody: 1 << 10})...)
 		// The same caller over TLS (HTTP/1.1: an API client's usual case).
 		out = append(out, scenario{Server: modeConcurrent, C: 5, K: 10, P: 1, Body: 128, TLS: true,
 			Clients: []string{clientNetHTTPH1, clientPipelinedH1, clientFastHost}})
