@@ -25,12 +25,16 @@ import (
 //
 // What the reader goroutine watching gave, a direct read keeps:
 //   - A connection closed by its server while it rested is not written on:
-//     before writing a request that a retry would not cover, the caller
-//     checks the socket (and what a TLS connection holds) for bytes or an
-//     end of stream without reading them (quiet), and a connection that is
-//     not quiet ends unwritten: the request goes elsewhere. A request that
-//     a retry covers checks only the read buffer; a close seen after its
-//     write sends it again (checkRetry), as with net/http.
+//     before writing, the caller checks the socket (and what a TLS
+//     connection holds) for bytes or an end of stream without reading them
+//     (quiet), and a connection that is not quiet ends unwritten: the
+//     request goes elsewhere, whatever its method. (Sparing idempotent
+//     requests the look, and retrying them after a close seen only once
+//     written, saved a system call each but failed requests in a mass
+//     close: an nginx reload closes many idle connections at once, the
+//     retries hop from one closed connection to the next, and one that
+//     lands as the first request of a fresh connection the old worker
+//     closes is not retried, as with net/http.)
 //   - A connection that rests for restWatch is watched again by its reader
 //     goroutine, so that a close is seen (and the socket closed) soon.
 //   - Requests written behind a direct read are read by the reader
@@ -157,36 +161,30 @@ func (c *pconn) armRest() {
 
 // claimDirect gives a's caller the read turn if the connection rests, has
 // nothing in flight and a may read its own answer. The caller holds the
-// write token, so nothing joins fifo meanwhile. If it does, check reports
-// whether the connection must be found quiet before a is written on it.
-func (c *pconn) claimDirect(a *attempt) (ok, check bool) {
+// write token, so nothing joins fifo meanwhile. The connection must then
+// be found quiet before a is written on it.
+func (c *pconn) claimDirect(a *attempt) bool {
 	if !c.canDirect || a.continueCh != nil || a.r.upgrade {
 		// A request that waits for 100 Continue needs the reader while it
 		// writes; one that may upgrade leaves the pool with its reader.
-		return false, false
+		return false
 	}
 	if c.rd.Load() != rdFree {
-		return false, false // no lock for the busy connections of a pipeline
+		return false // no lock for the busy connections of a pipeline
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.rd.Load() != rdFree || len(c.fifo) > 0 || c.dead || c.noWrite {
-		return false, false
+		return false
 	}
 	c.rd.Store(rdDirect)
-	// A request that is sent again if its reused connection turns out
-	// closed (checkRetry) needs no look at the socket first: that costs a
-	// system call on every request, to spare a rare retry, which is what
-	// net/http's reader, racing the caller, spares no better. Any other
-	// must not be written on a connection whose server has said it is
-	// gone.
-	return true, !a.r.replayable || c.answered == 0
+	return true
 }
 
 // quiet reports whether nothing arrived on the connection while it
-// rested: no bytes and, if socket is set, no end of stream or bytes on the
-// socket either. Only the holder of the read turn may call it.
-func (c *pconn) quiet(socket bool) bool {
+// rested: no bytes, no end of stream, no error. Only the holder of the
+// read turn may call it.
+func (c *pconn) quiet() bool {
 	// RFC 9112 §9.2: bytes with no request outstanding are not a
 	// response. Those that came with the last response are in br.
 	if c.br.Buffered() > 0 {
@@ -195,7 +193,7 @@ func (c *pconn) quiet(socket bool) bool {
 	if _, ok := c.conn.(*tls.Conn); ok && !c.tlsQuiet() {
 		return false
 	}
-	return !socket || socketQuiet(c.conn)
+	return socketQuiet(c.conn)
 }
 
 // tlsQuiet reports whether the TLS connection holds no record that is not

@@ -255,11 +255,8 @@ func (c *pconn) send(a *attempt) error {
 		return nil
 	}
 	inline := body == nil || r.req.GetBody != nil && r.req.ContentLength > 0 && r.req.ContentLength <= maxInlineBody
-	var direct, check bool
-	if inline {
-		direct, check = c.claimDirect(a)
-	}
-	if direct && !c.quiet(check) {
+	direct := inline && c.claimDirect(a)
+	if direct && !c.quiet() {
 		// Something came while nobody was reading: the server closed the
 		// connection, or sent what nobody asked for. Write nothing; the
 		// reader goroutine reads it and ends the connection.

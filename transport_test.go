@@ -981,6 +981,7 @@ func TestCloseIdleConnectionsCancelsUnwantedDials(t *testing.T) {
 // may never come (a long poll).
 func TestCancelledRequestAloneClosesConnection(t *testing.T) {
 	verifyNoLeaks(t)
+	written := make(chan struct{})
 	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
 		for {
 			req, err := http.ReadRequest(br)
@@ -988,6 +989,7 @@ func TestCancelledRequestAloneClosesConnection(t *testing.T) {
 				return
 			}
 			if req.URL.Path == "/never" {
+				close(written)
 				io.Copy(io.Discard, br) // never answer
 				return
 			}
@@ -1003,7 +1005,9 @@ func TestCancelledRequestAloneClosesConnection(t *testing.T) {
 		_, err := tr.RoundTrip(req)
 		errc <- err
 	}()
-	waitFor(t, "InFlight == 1", func() bool { return tr.Stats()[key].InFlight == 1 })
+	// Cancelled once written: a request cancelled before its write
+	// leaves its connection idle, and open.
+	<-written
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
