@@ -78,6 +78,7 @@ func TestDirectReadQuiet(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			verifyNoLeaks(t)
 			var late atomic.Int32 // requests a rested first connection received
+			sent := make(chan struct{}) // the first connection's close or extra bytes are sent
 			srv := startRawServer(t, func(n int, c net.Conn) {
 				var hold *holdConn
 				if tt.tls {
@@ -101,13 +102,16 @@ func TestDirectReadQuiet(t *testing.T) {
 					}
 					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
 					if n == 0 && !tt.extra {
-						return // closed without notice
+						c.Close() // without notice
+						close(sent)
+						return
 					}
-					if n == 0 {
+					if n == 0 && i == 0 {
 						// Apart from the response: the bytes reach the
 						// socket while the connection rests.
 						time.Sleep(5 * time.Millisecond)
 						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nhijack")
+						close(sent)
 					}
 				}
 			})
@@ -131,7 +135,8 @@ func TestDirectReadQuiet(t *testing.T) {
 			if !direct.Load() {
 				t.Fatal("the first answer was not read by its caller")
 			}
-			time.Sleep(20 * time.Millisecond) // the close or the bytes arrive
+			<-sent
+			time.Sleep(5 * time.Millisecond) // and reach the client's socket (loopback: at once)
 
 			var writes atomic.Int32
 			ctx = httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
