@@ -77,7 +77,7 @@ func TestDirectReadQuiet(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			verifyNoLeaks(t)
-			var late atomic.Int32 // requests a rested first connection received
+			var late atomic.Int32       // requests a rested first connection received
 			sent := make(chan struct{}) // the first connection's close or extra bytes are sent
 			srv := startRawServer(t, func(n int, c net.Conn) {
 				var hold *holdConn
