@@ -641,6 +641,7 @@ func (c *pconn) readOne(a *attempt, peekErr error, direct bool) error {
 	}
 	c.mu.Lock()
 	a.headersRead = true
+	a.place = c.answered + 1
 	behind, sentAt := a.behind, a.sentAt
 	c.mu.Unlock()
 	if behind && sentAt != 0 && c.prevEnd != 0 {

@@ -314,8 +314,11 @@ func (p *hostPool) gotHeadersLocked(c *pconn, a *attempt, closing bool) {
 		p.retireLocked(c, closingReason(a))
 		if !a.r.closeAfter {
 			s.serverClosed = true
-			if s.assigned > s.served+1 {
-				p.budget = s.served + 1
+			// a.place, not s.served+1: the response before a may not
+			// be counted served yet when a's head is read (a direct
+			// read hands the read turn on before responseDone).
+			if s.assigned > a.place {
+				p.budget = a.place
 			}
 		}
 	}

@@ -150,6 +150,7 @@ type attempt struct {
 
 	// For the Observer (observe.go).
 	n                int32       // 1 for the first attempt
+	place            int         // its response's place on the connection (1: the first), set with headersRead
 	inflightAtAssign int32       // set under hostPool.mu by assignLocked
 	cause            ResendCause // why this attempt is sent
 	activated        bool        // the assignment made the connection active
