@@ -107,6 +107,7 @@ func startScript(t *testing.T, bin, script string, args ...string) string {
 	for time.Now().Before(deadline) {
 		select {
 		case err := <-exited:
+			exited <- err // for startProcess's cleanup, which waits for it
 			t.Fatalf("%s exited: %v\n%s", script, err, out.String())
 		default:
 		}
