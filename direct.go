@@ -193,7 +193,7 @@ func (c *pconn) quiet() bool {
 	if _, ok := c.conn.(*tls.Conn); ok && !c.tlsQuiet() {
 		return false
 	}
-	return socketQuiet(c.conn)
+	return c.peek.socketQuiet()
 }
 
 // tlsQuiet reports whether the TLS connection holds no record that is not

@@ -4,9 +4,11 @@ package pipelined
 
 import "net"
 
-// canPeek reports false: without a way to look at a socket without
-// reading it, a connection's reader goroutine always watches it, and
-// callers never read their own answers (direct.go).
-func canPeek(net.Conn) bool { return false }
+// A peeker would look at a socket without reading it. Here there is no
+// way to, so newPeeker returns nil: a connection's reader goroutine always
+// watches it, and callers never read their own answers (direct.go).
+type peeker struct{}
 
-func socketQuiet(net.Conn) bool { return false }
+func newPeeker(net.Conn) *peeker { return nil }
+
+func (*peeker) socketQuiet() bool { return false }

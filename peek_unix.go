@@ -8,43 +8,52 @@ import (
 	"syscall"
 )
 
-// canPeek reports whether socketQuiet can look at conn without reading
-// from it: a TCP connection of the operating system's, or a connection
-// that exposes its socket (syscall.Conn), as a thin wrapper that counts or
-// traces does by promising that it buffers nothing. A TLS connection, or
-// any other wrapper, may hold bytes of its own (a record, a proxy's
-// buffer), so it is never looked at this way.
-func canPeek(conn net.Conn) bool {
-	if tc, ok := conn.(*tls.Conn); ok {
-		// TLS over a socket: the records the TLS connection already
-		// holds are looked at through it (pconn.quiet), the socket so.
-		conn = tc.NetConn()
-	}
-	_, ok := conn.(syscall.Conn)
-	return ok
+// A peeker looks at a connection's socket without reading from it: a recv
+// with MSG_PEEK and MSG_DONTWAIT. It is made once per connection, so that
+// a look allocates nothing; it belongs to the holder of the read turn
+// (direct.go).
+type peeker struct {
+	rc    syscall.RawConn
+	look  func(fd uintptr) // p.recv, bound once
+	quiet bool
+	b     [1]byte
 }
 
-// socketQuiet reports whether conn has nothing to read, neither bytes nor
-// an end of stream nor an error, without reading or waiting: a recv with
-// MSG_PEEK and MSG_DONTWAIT that finds nothing (EAGAIN).
-func socketQuiet(conn net.Conn) bool {
+// newPeeker returns a peeker for conn, or nil if conn cannot be looked at
+// without reading it. A TCP connection of the operating system's can, and
+// so can a connection that exposes its socket (syscall.Conn), as a thin
+// wrapper that counts or traces does by promising that it buffers nothing.
+// A TLS connection is looked at through its socket: the records it already
+// holds are checked through it (pconn.quiet). Any other wrapper may hold
+// bytes of its own (a proxy's buffer), so it is never looked at this way.
+func newPeeker(conn net.Conn) *peeker {
 	if tc, ok := conn.(*tls.Conn); ok {
 		conn = tc.NetConn()
 	}
 	sc, ok := conn.(syscall.Conn)
 	if !ok {
-		return false
+		return nil
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
-		return false
+		return nil
 	}
-	quiet := false
-	var b [1]byte
-	err = rc.Read(func(fd uintptr) bool {
-		_, _, rerr := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		quiet = rerr == syscall.EAGAIN || rerr == syscall.EWOULDBLOCK
-		return true // never wait
-	})
-	return err == nil && quiet
+	p := &peeker{rc: rc}
+	p.look = p.recv
+	return p
+}
+
+func (p *peeker) recv(fd uintptr) {
+	_, _, err := syscall.Recvfrom(int(fd), p.b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	p.quiet = err == syscall.EAGAIN || err == syscall.EWOULDBLOCK
+}
+
+// socketQuiet reports whether the socket has nothing to read, neither
+// bytes nor an end of stream nor an error, without reading or waiting.
+func (p *peeker) socketQuiet() bool {
+	p.quiet = false
+	// Control, not Read: nothing waits, and the reader goroutine, which
+	// rests, holds no read of its own on the socket.
+	err := p.rc.Control(p.look)
+	return err == nil && p.quiet
 }

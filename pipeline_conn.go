@@ -83,6 +83,7 @@ type pconn struct {
 	// canDirect: the connection can be checked for bytes without reading
 	// them (quiet), so a caller may read its own answer. Set once.
 	canDirect bool
+	peek      *peeker // looks at the socket (quiet); the read turn's. Set with canDirect
 
 	// directing is the attempt whose caller reads its own answer, until
 	// the turn passes on; directStop ends the watch of its context. Both
@@ -194,7 +195,7 @@ func newPconn(t *Transport, ev connEvents, conn net.Conn, state *tls.ConnectionS
 	c.br = bufio.NewReaderSize(&c.nr, o.ReadBufferSize)
 	c.wc.conn = conn
 	c.bw = bufio.NewWriterSize(&c.wc, o.WriteBufferSize)
-	if canPeek(conn) {
+	if c.peek = newPeeker(conn); c.peek != nil {
 		c.canDirect = true
 		c.wake = make(chan struct{}, 1)
 		c.restT = time.NewTimer(restWatch)
