@@ -818,6 +818,7 @@ func (s *bodyStream) pump(src io.Reader, lr *io.LimitedReader, cr *chunkedReader
 func (s *bodyStream) startWaiting() {
 	s.waiting = true
 	c, a := s.c, s.a
+	a.streamed = true
 	c.ev.streaming(c)
 	c.holStartStream(a)
 	if ctx := a.r.ctx; ctx.Done() != nil {

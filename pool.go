@@ -339,7 +339,12 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers bool) err
 	s := &c.s
 	s.inflight--
 	s.served++
-	s.streaming = false
+	if a.streamed {
+		// Only a's own stream ends here: after a direct read, the turn
+		// passes on before responseDone, so the reader may already
+		// stream the next answer (direct.go, directDone).
+		s.streaming = false
+	}
 	p.tick++
 	s.headTick = p.tick
 	if closing {

@@ -176,6 +176,10 @@ type attempt struct {
 	// ka is the Keep-Alive hint of the response, if it had one, set by the
 	// reader before it reports the headers.
 	ka *keepAliveHint
+	// streamed: its body became a stream (bodyStream.startWaiting), set by
+	// the reader before it tells the pool, which clears the connection's
+	// streaming mark with a's answer only.
+	streamed bool
 
 	// Guarded by pconn.mu.
 	headersRead bool // final response headers parsed
