@@ -192,9 +192,9 @@ var (
 	errKeepAliveMax     = errors.New("pipelined: connection retired at the server's announced Keep-Alive max")
 )
 
-// keepAliveLocked applies the hint of a response just read on c. p.mu must
-// be held.
-func (p *hostPool) keepAliveLocked(c *pconn, ka keepAliveHint) {
+// keepAliveLocked applies the hint of a response just read on c, the
+// place-th on it (1: the first). p.mu must be held.
+func (p *hostPool) keepAliveLocked(c *pconn, ka keepAliveHint, place int) {
 	s := &c.s
 	if ka.hasTimeout {
 		s.kaIdle = ka.timeout - keepAliveMargin(ka.timeout)
@@ -214,11 +214,11 @@ func (p *hostPool) keepAliveLocked(c *pconn, ka keepAliveHint) {
 		switch {
 		case s.kaFirstMax == 0:
 			s.kaFirstMax = ka.max + 1 // +1: 0 means not seen
-			s.kaLimit = min(s.served+1+ka.max, max(ka.max, 1))
+			s.kaLimit = min(place+ka.max, max(ka.max, 1))
 		case ka.max+1 == s.kaFirstMax:
 			s.kaLimit = max(ka.max, 1)
 		default:
-			s.kaLimit = s.served + 1 + ka.max
+			s.kaLimit = place + ka.max
 		}
 		if s.assigned >= s.kaLimit {
 			p.retireLocked(c, CloseKeepAliveEnd)

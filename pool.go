@@ -317,13 +317,14 @@ func (p *hostPool) gotHeadersLocked(c *pconn, a *attempt, closing bool) {
 			// a.place, not s.served+1: the response before a may not
 			// be counted served yet when a's head is read (a direct
 			// read hands the read turn on before responseDone).
+			// keepAliveLocked counts from a.place too.
 			if s.assigned > a.place {
 				p.budget = a.place
 			}
 		}
 	}
 	if a.ka != nil {
-		p.keepAliveLocked(c, *a.ka)
+		p.keepAliveLocked(c, *a.ka, a.place)
 	}
 }
 
