@@ -310,3 +310,73 @@ func TestSerialVerdict(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolLearnsFromPlace: what the pool learns from a response head (the
+// per-connection budget from a server's close, the end announced by a
+// Keep-Alive max) counts from the response's place on its connection, not
+// from the responses it has counted served: after a direct read the turn
+// passes on before responseDone, so the next head may be reported first
+// (design.md, "Direct reads"). Each row reports the head at place 3 (or 2)
+// with served one short, as that order does, and once in order.
+func TestPoolLearnsFromPlace(t *testing.T) {
+	countdown := &keepAliveHint{max: 98, hasMax: true} // Apache: 98 more after this one
+	tests := []struct {
+		name          string
+		served, place int
+		assigned      int
+		closing       bool
+		ka            *keepAliveHint
+		firstMax      int // sched.kaFirstMax before (0: no Keep-Alive max seen yet)
+		wantBudget    int
+		wantKALimit   int
+	}{
+		{name: "close at 3, 2 not counted yet", served: 1, place: 3, assigned: 8, closing: true, wantBudget: 3},
+		{name: "close at 3, in order", served: 2, place: 3, assigned: 8, closing: true, wantBudget: 3},
+		{name: "close at the last assigned", served: 1, place: 3, assigned: 3, closing: true, wantBudget: 0},
+		{name: "max counts down, 1 not counted yet", served: 0, place: 2, assigned: 2, ka: countdown, firstMax: 100, wantKALimit: 100},
+		{name: "max counts down, in order", served: 1, place: 2, assigned: 2, ka: countdown, firstMax: 100, wantKALimit: 100},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := NewTransport(TransportOptions{PipelineDepth: 8})
+			defer tr.Close()
+			p := newHostPool(tr, poolKey{})
+			c := &pconn{t: tr}
+			c.s.served, c.s.assigned, c.s.inflight = tt.served, tt.assigned, tt.assigned-tt.served
+			c.s.kaFirstMax = tt.firstMax
+			a := &attempt{r: &request{pipelineable: true}, place: tt.place, ka: tt.ka}
+			p.mu.Lock()
+			p.gotHeadersLocked(c, a, tt.closing)
+			budget, kaLimit := p.budget, c.s.kaLimit
+			p.mu.Unlock()
+			if budget != tt.wantBudget {
+				t.Errorf("budget = %d, want %d", budget, tt.wantBudget)
+			}
+			if kaLimit != tt.wantKALimit {
+				t.Errorf("Keep-Alive limit = %d, want %d", kaLimit, tt.wantKALimit)
+			}
+		})
+	}
+}
+
+// TestPoolStreamingMarkOwnResponse: a response done clears its
+// connection's streaming mark only if it was the stream: the reader may
+// already stream the next answer when a direct read's responseDone comes.
+func TestPoolStreamingMarkOwnResponse(t *testing.T) {
+	for _, streamed := range []bool{false, true} {
+		tr := NewTransport(TransportOptions{PipelineDepth: 8})
+		p := newHostPool(tr, poolKey{})
+		c := &pconn{t: tr}
+		c.s.assigned, c.s.inflight, c.s.active = 2, 2, true
+		p.streaming(c) // a body on c became a stream: a's, or the next answer's
+		a := &attempt{r: &request{pipelineable: true}, place: 1, streamed: streamed}
+		p.responseDone(c, a, false, true)
+		p.mu.Lock()
+		got := c.s.streaming
+		p.mu.Unlock()
+		if want := !streamed; got != want {
+			t.Errorf("first answer done, streamed %v: streaming = %v, want %v", streamed, got, want)
+		}
+		tr.Close()
+	}
+}
