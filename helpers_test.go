@@ -117,6 +117,27 @@ func serveEchoN(n int) func(net.Conn, *bufio.Reader) {
 	}
 }
 
+// serveAfterN returns a raw-server handler that reads n requests before it
+// answers any (only a pipelining client gets answers, and no answer comes
+// while the client is still writing them), answers them with their paths,
+// then echoes the rest of the connection's requests.
+func serveAfterN(n int) func(net.Conn, *bufio.Reader) {
+	return func(c net.Conn, br *bufio.Reader) {
+		var paths []string
+		for len(paths) < n {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			paths = append(paths, req.URL.Path)
+		}
+		for _, p := range paths {
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(p), p)
+		}
+		serveEcho(c, br)
+	}
+}
+
 // waitFor polls cond until it holds, failing the test after testTimeout (the
 // bound only avoids a hang). It must be called from the test's goroutine.
 func waitFor(t *testing.T, what string, cond func() bool) {
