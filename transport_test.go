@@ -405,6 +405,12 @@ func TestRetrySafety(t *testing.T) {
 // holdServer answers /hold/* only when release is closed, everything else
 // at once, in order per connection.
 func holdServer(t *testing.T, release <-chan struct{}) *rawServer {
+	return holdServerCounting(t, release, nil)
+}
+
+// holdServerCounting is holdServer, counting in held (if not nil) the
+// /hold requests it has read.
+func holdServerCounting(t *testing.T, release <-chan struct{}, held *atomic.Int32) *rawServer {
 	return newRawServer(t, func(c net.Conn, br *bufio.Reader) {
 		for {
 			req, err := http.ReadRequest(br)
@@ -412,6 +418,9 @@ func holdServer(t *testing.T, release <-chan struct{}) *rawServer {
 				return
 			}
 			if strings.HasPrefix(req.URL.Path, "/hold") {
+				if held != nil {
+					held.Add(1)
+				}
 				select {
 				case <-release:
 				case <-time.After(testTimeout):
@@ -465,9 +474,9 @@ func TestCancelQueuedRequest(t *testing.T) {
 func TestCancelWrittenRequest(t *testing.T) {
 	verifyNoLeaks(t)
 	release := make(chan struct{})
-	srv := holdServer(t, release)
+	var held atomic.Int32
+	srv := holdServerCounting(t, release, &held)
 	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 4})
-	key := "http://" + srv.addr
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "GET", srv.url("/hold"), nil)
 	errc := make(chan error, 1)
@@ -475,7 +484,9 @@ func TestCancelWrittenRequest(t *testing.T) {
 		_, err := tr.RoundTrip(req)
 		errc <- err
 	}()
-	waitFor(t, "InFlight == 1", func() bool { return tr.Stats()[key].InFlight == 1 })
+	// Written, not only placed: a request placed after it on the same
+	// connection may take the write token first, and be answered first.
+	waitFor(t, "the server holds /hold", func() bool { return held.Load() == 1 })
 	behind := make(chan string, 1)
 	go func() {
 		resp, err := get(t, tr, srv.url("/behind"))
@@ -485,7 +496,21 @@ func TestCancelWrittenRequest(t *testing.T) {
 		}
 		behind <- readBody(t, resp)
 	}()
-	waitFor(t, "InFlight == 2", func() bool { return tr.Stats()[key].InFlight == 2 })
+	// Written behind it, not only placed: with nothing written behind a
+	// cancelled head, the connection is closed (dropIfUnwanted) and a
+	// request placed but not written goes elsewhere.
+	p := tr.pools[poolKey{scheme: "http", addr: srv.addr}]
+	waitFor(t, "/behind written behind /hold", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if len(p.conns) != 1 {
+			return false
+		}
+		c := p.conns[0]
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.fifo) == 2
+	})
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled request: err = %v, want context.Canceled", err)
