@@ -138,6 +138,31 @@ func serveAfterN(n int) func(net.Conn, *bufio.Reader) {
 	}
 }
 
+// soleConn returns the connection of srv's pool in tr while it has
+// exactly one, else nil.
+func soleConn(tr *Transport, srv *rawServer) *pconn {
+	tr.mu.RLock()
+	p := tr.pools[poolKey{scheme: "http", addr: srv.addr}]
+	tr.mu.RUnlock()
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.conns) != 1 {
+		return nil
+	}
+	return p.conns[0]
+}
+
+// fifoLen returns how many requests are written (or being written) on c
+// and not yet answered.
+func fifoLen(c *pconn) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.fifo)
+}
+
 // waitFor polls cond until it holds, failing the test after testTimeout (the
 // bound only avoids a hang). It must be called from the test's goroutine.
 func waitFor(t *testing.T, what string, cond func() bool) {

@@ -499,17 +499,9 @@ func TestCancelWrittenRequest(t *testing.T) {
 	// Written behind it, not only placed: with nothing written behind a
 	// cancelled head, the connection is closed (dropIfUnwanted) and a
 	// request placed but not written goes elsewhere.
-	p := tr.pools[poolKey{scheme: "http", addr: srv.addr}]
 	waitFor(t, "/behind written behind /hold", func() bool {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		if len(p.conns) != 1 {
-			return false
-		}
-		c := p.conns[0]
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return len(c.fifo) == 2
+		c := soleConn(tr, srv)
+		return c != nil && fifoLen(c) == 2
 	})
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
@@ -890,21 +882,15 @@ func TestWritesCoalesce(t *testing.T) {
 		}()
 	}
 	c := <-cc
-	p := tr.pools[poolKey{scheme: "http", addr: srv.addr}]
 	waitFor(t, "every request written or waiting to write", func() bool {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		if len(p.conns) != 1 {
-			return false
-		}
 		// Every request is written into the buffer (in the FIFO) or
 		// waiting to write; the first write is held by the gate.
-		c := p.conns[0]
-		c.mu.Lock()
-		n := len(c.fifo)
-		c.mu.Unlock()
+		pc := soleConn(tr, srv)
+		if pc == nil {
+			return false
+		}
 		// A writer waiting to flush is counted twice, hence >=.
-		return n+int(c.pendingWriters.Load()) >= 8
+		return fifoLen(pc)+int(pc.pendingWriters.Load()) >= 8
 	})
 	close(gate)
 	wg.Wait()
