@@ -150,7 +150,6 @@ type attempt struct {
 
 	// For the Observer (observe.go).
 	n                int32       // 1 for the first attempt
-	place            int         // its response's place on the connection (1: the first), set with headersRead
 	inflightAtAssign int32       // set under hostPool.mu by assignLocked
 	cause            ResendCause // why this attempt is sent
 	activated        bool        // the assignment made the connection active
@@ -180,6 +179,11 @@ type attempt struct {
 	// the reader before it tells the pool, which clears the connection's
 	// streaming mark with a's answer only.
 	streamed bool
+	// place is its response's place on the connection (1: the first), set
+	// by the reader with headersRead, before it reports the headers: what
+	// the pool learns from a head counts from it, not from the responses
+	// it has counted served (design.md, "Direct reads").
+	place int
 
 	// Guarded by pconn.mu.
 	headersRead bool // final response headers parsed
