@@ -47,7 +47,7 @@ type serverConfig struct {
 	// serial server (net/http's) then offers h2 and http/1.1 by ALPN, the
 	// concurrent one http/1.1 only.
 	TLSCert, TLSKey string `json:",omitempty"`
-	// Track makes the serial server count requests by the "cell" and "id"
+	// Track makes the server count requests by the "cell" and "id"
 	// query parameters the clients send, so that requests sent twice can be
 	// counted server side (GET /_bench/stats?cell=X answers "requests
 	// distinct").
@@ -76,9 +76,6 @@ func startServer(cfg serverConfig) (*testServer, error) {
 	}
 	if cfg.Mode != modeSerial && cfg.Mode != modeConcurrent {
 		return nil, fmt.Errorf("unknown server mode %q (want %s or %s)", cfg.Mode, modeSerial, modeConcurrent)
-	}
-	if cfg.Track && cfg.Mode != modeSerial {
-		return nil, errors.New("request tracking needs the serial server")
 	}
 	var lns []net.Listener
 	closeAll := func() {
@@ -125,13 +122,17 @@ func startServer(cfg serverConfig) (*testServer, error) {
 		ts.close = srv.Close
 	case modeConcurrent:
 		var servers []*concurrentServer
+		var tr *requestTracker // one for all listeners, as the serial server's
+		if cfg.Track {
+			tr = new(requestTracker)
+		}
 		for _, ln := range lns {
 			if tlsCfg != nil {
 				c := tlsCfg.Clone()
 				c.NextProtos = []string{"http/1.1"}
 				ln = tls.NewListener(ln, c)
 			}
-			s := newConcurrentServer(ln, plan, body)
+			s := newConcurrentServer(ln, plan, body, tr)
 			servers = append(servers, s)
 			go s.serve()
 		}
@@ -322,8 +323,9 @@ func serialHandler(plan delayPlan, body []byte, track bool) http.Handler {
 type concurrentServer struct {
 	ln   net.Listener
 	plan delayPlan
-	resp []byte // keep-alive response
-	last []byte // response to a request with "Connection: close"
+	resp []byte          // keep-alive response
+	last []byte          // response to a request with "Connection: close"
+	tr   *requestTracker // counts requests by cell and id, if set
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
@@ -331,11 +333,11 @@ type concurrentServer struct {
 	wg    sync.WaitGroup
 }
 
-func newConcurrentServer(ln net.Listener, plan delayPlan, body []byte) *concurrentServer {
+func newConcurrentServer(ln net.Listener, plan delayPlan, body []byte, tr *requestTracker) *concurrentServer {
 	head := fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\nContent-Type: text/plain\r\n", len(body))
 	resp := append([]byte(head+"\r\n"), body...)
 	last := append([]byte(head+"Connection: close\r\n\r\n"), body...)
-	return &concurrentServer{ln: ln, plan: plan, resp: resp, last: last, conns: make(map[net.Conn]struct{})}
+	return &concurrentServer{ln: ln, plan: plan, resp: resp, last: last, tr: tr, conns: make(map[net.Conn]struct{})}
 }
 
 func (s *concurrentServer) serve() {
@@ -398,7 +400,7 @@ func (s *concurrentServer) serveConn(c net.Conn) {
 	}()
 	br := bufio.NewReaderSize(c, 8<<10)
 	for {
-		closeAfter, err := readRequest(br)
+		closeAfter, target, err := readRequest(br, s.tr != nil)
 		if err != nil {
 			// EOF or a malformed request: answer nothing more and drop
 			// the connection once the earlier responses are out.
@@ -408,7 +410,14 @@ func (s *concurrentServer) serveConn(c net.Conn) {
 		if closeAfter {
 			sl.resp, sl.last = s.last, true
 		}
-		if d := s.plan.next(); d > 0 {
+		var stats bool
+		if s.tr != nil {
+			var resp []byte
+			if resp, stats = s.track(target); stats {
+				sl.resp = resp
+			}
+		}
+		if d := s.plan.next(); d > 0 && !stats {
 			time.AfterFunc(d, func() { close(sl.done) })
 		} else {
 			close(sl.done)
@@ -471,51 +480,76 @@ var errBadRequest = errors.New("bad request")
 
 // readRequest reads one request (request line, header fields, and a body of
 // Content-Length bytes) and reports whether it asked to close the connection.
-func readRequest(br *bufio.Reader) (closeAfter bool, err error) {
+func readRequest(br *bufio.Reader, wantTarget bool) (closeAfter bool, target string, err error) {
 	line, err := br.ReadSlice('\n')
 	if err != nil {
 		if err == io.EOF && len(line) == 0 {
-			return false, io.EOF
+			return false, "", io.EOF
 		}
-		return false, errBadRequest
+		return false, "", errBadRequest
 	}
 	if bytes.HasSuffix(line, []byte(" HTTP/1.0\r\n")) {
 		closeAfter = true
+	}
+	if wantTarget {
+		if f := strings.Fields(string(line)); len(f) == 3 {
+			target = f[1]
+		}
 	}
 	var clen int64
 	for {
 		line, err = br.ReadSlice('\n')
 		if err != nil {
-			return false, errBadRequest
+			return false, "", errBadRequest
 		}
 		if len(line) <= 2 && (len(line) == 1 || line[0] == '\r') {
 			break
 		}
 		colon := bytes.IndexByte(line, ':')
 		if colon <= 0 {
-			return false, errBadRequest
+			return false, "", errBadRequest
 		}
 		name, value := line[:colon], bytes.TrimSpace(line[colon+1:])
 		switch {
 		case bytes.EqualFold(name, []byte("Content-Length")):
 			clen, err = strconv.ParseInt(string(value), 10, 64)
 			if err != nil || clen < 0 {
-				return false, errBadRequest
+				return false, "", errBadRequest
 			}
 		case bytes.EqualFold(name, []byte("Connection")):
 			if bytes.EqualFold(value, []byte("close")) {
 				closeAfter = true
 			}
 		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
-			return false, errBadRequest // not needed by the benchmarks
+			return false, "", errBadRequest // not needed by the benchmarks
 		}
 	}
 	if clen > 0 {
 		if _, err := br.Discard(int(clen)); err != nil {
-			return false, errBadRequest
+			return false, "", errBadRequest
 		}
 	}
-	return closeAfter, nil
+	return closeAfter, target, nil
+}
+
+// track counts a request of a tracking server by its target's cell and id
+// (serialHandler's rule), or, for the stats path, returns the response
+// that answers the cell's counts.
+func (s *concurrentServer) track(target string) (stats []byte, ok bool) {
+	u, err := url.ParseRequestURI(target)
+	if err != nil {
+		return nil, false
+	}
+	q := u.Query()
+	if u.Path == statsPath {
+		n, d := s.tr.take(q.Get("cell"))
+		body := fmt.Sprintf("%d %d\n", n, d)
+		return fmt.Appendf(nil, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nContent-Type: text/plain\r\n\r\n%s", len(body), body), true
+	}
+	if cell := q.Get("cell"); cell != "" {
+		s.tr.add(cell, q.Get("id"))
+	}
+	return nil, false
 }
 
 // serveChild runs a test server for a parent process: it prints the

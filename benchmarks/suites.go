@@ -93,9 +93,11 @@ func suiteScenarios(name string, o *options) []scenario {
 	case "slow":
 		// 1% of responses take 200 ms, the others 1 ms, one at a time per
 		// connection: the tail, and requests sent twice (server side).
-		out = append(out, scenario{Server: modeSerial, C: 5, K: 10, P: 50, Delay: ms, Body: 128,
-			SlowFrac: 0.01, Slow: 200 * ms, Track: true, duration: 8 * time.Second,
-			Clients: []string{clientNetHTTP, clientPipelined, clientFastHost, clientFastPipeline}})
+		for _, mode := range []string{modeSerial, modeConcurrent} {
+			out = append(out, scenario{Server: mode, C: 5, K: 10, P: 50, Delay: ms, Body: 128,
+				SlowFrac: 0.01, Slow: 200 * ms, Track: true, duration: 8 * time.Second,
+				Clients: []string{clientNetHTTP, clientPipelined, clientFastHost, clientFastPipeline}})
+		}
 	case "undici":
 		// The shape of undici's README benchmark: 64 KiB after 1 ms, 50
 		// connections, depth 10, 100 callers, a Node-like server.
