@@ -79,13 +79,17 @@ func TestTimerHeadOfLine(t *testing.T) {
 // (plus that wait), as net/http would, not in three.
 func TestTimerFirstAnswer(t *testing.T) {
 	tests := []struct {
-		service   time.Duration // per request, one at a time per connection
-		wantDials int32
-		wantMax   time.Duration // the burst's last answer, at the latest
+		service  time.Duration // per request, one at a time per connection
+		minDials int32
+		maxDials int32
+		wantMax  time.Duration // the burst's last answer, at the latest
 	}{
-		{0, 2, firstAnswerWait},
-		{time.Millisecond, 2, 4 * time.Millisecond}, // 3 per connection, give or take one
-		{300 * time.Millisecond, 6, 300*time.Millisecond + firstAnswerWait},
+		// Answers at once: the burst's callers may start one after another
+		// answer (seen with -cpu 4 under -race), each finding the first
+		// connection idle, and then one dial is right too.
+		{0, 1, 2, firstAnswerWait},
+		{time.Millisecond, 2, 2, 4 * time.Millisecond}, // 3 per connection, give or take one
+		{300 * time.Millisecond, 6, 6, 300*time.Millisecond + firstAnswerWait},
 	}
 	for _, tt := range tests {
 		t.Run(tt.service.String(), func(t *testing.T) {
@@ -97,8 +101,9 @@ func TestTimerFirstAnswer(t *testing.T) {
 				if took > tt.wantMax {
 					t.Errorf("burst answered in %v, want at most %v", took, tt.wantMax)
 				}
-				if got := srv.dials.Load(); got != tt.wantDials {
-					t.Errorf("dials = %d, want %d", got, tt.wantDials)
+				synctest.Wait() // a dial started for the burst has reached the server
+				if got := srv.dials.Load(); got < tt.minDials || got > tt.maxDials {
+					t.Errorf("dials = %d, want %d to %d", got, tt.minDials, tt.maxDials)
 				}
 			})
 		})
