@@ -235,18 +235,25 @@ func smallBody(r *request) bool {
 // error); otherwise the outcome is delivered to a (attempt.deliver).
 func (c *pconn) send(a *attempt) error {
 	r := a.r
-	c.pendingWriters.Add(1)
 	select {
 	case c.writeLock <- struct{}{}:
-		c.pendingWriters.Add(-1)
-	case <-c.closed:
-		c.pendingWriters.Add(-1)
-		return errNotWritten
-	case <-r.ctx.Done():
-		c.pendingWriters.Add(-1)
-		// An earlier writer may have left its request unflushed for us.
-		go c.flushLeftovers()
-		return context.Cause(r.ctx)
+		// The token is usually free: taken without a select over the
+		// connection's end and the context (a closed connection is seen
+		// under mu below).
+	default:
+		c.pendingWriters.Add(1)
+		select {
+		case c.writeLock <- struct{}{}:
+			c.pendingWriters.Add(-1)
+		case <-c.closed:
+			c.pendingWriters.Add(-1)
+			return errNotWritten
+		case <-r.ctx.Done():
+			c.pendingWriters.Add(-1)
+			// An earlier writer may have left its request unflushed for us.
+			go c.flushLeftovers()
+			return context.Cause(r.ctx)
+		}
 	}
 	body, err := r.body()
 	if err != nil {
@@ -489,13 +496,17 @@ func (c *pconn) flushLeftovers() {
 // counts as a pending writer while it waits, so that writers finishing
 // meanwhile leave their flush to it.
 func (c *pconn) flushBuffered() error {
-	c.pendingWriters.Add(1)
 	select {
 	case c.writeLock <- struct{}{}:
-		c.pendingWriters.Add(-1)
-	case <-c.closed:
-		c.pendingWriters.Add(-1)
-		return net.ErrClosed
+	default:
+		c.pendingWriters.Add(1)
+		select {
+		case c.writeLock <- struct{}{}:
+			c.pendingWriters.Add(-1)
+		case <-c.closed:
+			c.pendingWriters.Add(-1)
+			return net.ErrClosed
+		}
 	}
 	var err error
 	if c.bw.Buffered() > 0 {

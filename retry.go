@@ -229,6 +229,11 @@ func (p *hostPool) await(a *attempt) result {
 	}
 	select {
 	case <-a.r.sig:
+		return a.out // delivered already (a direct read): no select either
+	default:
+	}
+	select {
+	case <-a.r.sig:
 		return a.out
 	case <-done:
 		if a.abandon() {
