@@ -91,10 +91,16 @@ func suiteScenarios(name string, o *options) []scenario {
 	case "post":
 		out = both(scenario{C: 5, K: 10, P: 50, Body: 128, Method: http.MethodPost, ReqBody: 1 << 10})
 	case "slow":
-		// 1% of responses take 200 ms, the others 1 ms, one at a time per
-		// connection: the tail, and requests sent twice (server side).
-		for _, mode := range []string{modeSerial, modeConcurrent} {
-			out = append(out, scenario{Server: mode, C: 5, K: 10, P: 50, Delay: ms, Body: 128,
+		// 1% of responses take 200 ms, the others 1 ms: the tail, and
+		// requests sent twice (server side). On the serial server (one
+		// at a time per connection) and the concurrent one, with every
+		// pipeline place taken (P=50), and on the concurrent one with
+		// fewer callers than places (P=10).
+		for _, c := range []struct {
+			mode string
+			p    int
+		}{{modeSerial, 50}, {modeConcurrent, 50}, {modeConcurrent, 10}} {
+			out = append(out, scenario{Server: c.mode, C: 5, K: 10, P: c.p, Delay: ms, Body: 128,
 				SlowFrac: 0.01, Slow: 200 * ms, Track: true, duration: 8 * time.Second,
 				Clients: []string{clientNetHTTP, clientPipelined, clientFastHost, clientFastPipeline}})
 		}
