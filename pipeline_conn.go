@@ -235,25 +235,13 @@ func smallBody(r *request) bool {
 // error); otherwise the outcome is delivered to a (attempt.deliver).
 func (c *pconn) send(a *attempt) error {
 	r := a.r
-	select {
-	case c.writeLock <- struct{}{}:
-		// The token is usually free: taken without a select over the
-		// connection's end and the context (a closed connection is seen
-		// under mu below).
-	default:
-		c.pendingWriters.Add(1)
-		select {
-		case c.writeLock <- struct{}{}:
-			c.pendingWriters.Add(-1)
-		case <-c.closed:
-			c.pendingWriters.Add(-1)
+	if err := c.takeWriteToken(r.ctx); err != nil {
+		if err == net.ErrClosed {
 			return errNotWritten
-		case <-r.ctx.Done():
-			c.pendingWriters.Add(-1)
-			// An earlier writer may have left its request unflushed for us.
-			go c.flushLeftovers()
-			return context.Cause(r.ctx)
 		}
+		// An earlier writer may have left its request unflushed for us.
+		go c.flushLeftovers()
+		return err
 	}
 	body, err := r.body()
 	if err != nil {
@@ -496,17 +484,8 @@ func (c *pconn) flushLeftovers() {
 // counts as a pending writer while it waits, so that writers finishing
 // meanwhile leave their flush to it.
 func (c *pconn) flushBuffered() error {
-	select {
-	case c.writeLock <- struct{}{}:
-	default:
-		c.pendingWriters.Add(1)
-		select {
-		case c.writeLock <- struct{}{}:
-			c.pendingWriters.Add(-1)
-		case <-c.closed:
-			c.pendingWriters.Add(-1)
-			return net.ErrClosed
-		}
+	if err := c.takeWriteToken(context.Background()); err != nil {
+		return err
 	}
 	var err error
 	if c.bw.Buffered() > 0 {
@@ -514,6 +493,29 @@ func (c *pconn) flushBuffered() error {
 	}
 	<-c.writeLock
 	return err
+}
+
+// takeWriteToken takes the write token, counting as a pending writer
+// while it waits (flushSoon). It returns net.ErrClosed if the connection
+// closes first, or ctx's cause if ctx ends first. A free token is taken
+// without a select over those (a closed connection is then seen by the
+// holder, under mu).
+func (c *pconn) takeWriteToken(ctx context.Context) error {
+	select {
+	case c.writeLock <- struct{}{}:
+		return nil
+	default:
+	}
+	c.pendingWriters.Add(1)
+	defer c.pendingWriters.Add(-1)
+	select {
+	case c.writeLock <- struct{}{}:
+		return nil
+	case <-c.closed:
+		return net.ErrClosed
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }
 
 // armHeaderTimeout is called twice per attempt: once when it is fully
