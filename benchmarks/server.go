@@ -196,6 +196,21 @@ func (t *requestTracker) add(cell, id string) {
 	m[id]++
 }
 
+// serve is a tracking server's rule for a request with the given path and
+// query: the stats path answers the counts of its cell (the answer's body,
+// ok true); any other request is counted by its cell and id.
+func (t *requestTracker) serve(path, rawQuery string) (stats string, ok bool) {
+	q, _ := url.ParseQuery(rawQuery)
+	if path == statsPath {
+		n, d := t.take(q.Get("cell"))
+		return fmt.Sprintf("%d %d\n", n, d), true
+	}
+	if cell := q.Get("cell"); cell != "" {
+		t.add(cell, q.Get("id"))
+	}
+	return "", false
+}
+
 // take returns the cell's counts (all requests, distinct ids) and forgets
 // the cell.
 func (t *requestTracker) take(cell string) (requests, distinct int) {
@@ -295,14 +310,9 @@ func serialHandler(plan delayPlan, body []byte, track bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		if track {
-			q, _ := url.ParseQuery(r.URL.RawQuery)
-			if r.URL.Path == statsPath {
-				n, d := tr.take(q.Get("cell"))
-				fmt.Fprintf(w, "%d %d\n", n, d)
+			if stats, ok := tr.serve(r.URL.Path, r.URL.RawQuery); ok {
+				io.WriteString(w, stats)
 				return
-			}
-			if cell := q.Get("cell"); cell != "" {
-				tr.add(cell, q.Get("id"))
 			}
 		}
 		if d := plan.next(); d > 0 {
@@ -532,24 +542,15 @@ func readRequest(br *bufio.Reader, wantTarget bool) (closeAfter bool, target str
 	return closeAfter, target, nil
 }
 
-// track counts a request of a tracking server by its target's cell and id
-// (serialHandler's rule), or, for the stats path, returns the response
-// that answers the cell's counts.
+// track applies the tracking rule (requestTracker.serve) to a request
+// target, returning the whole response for the stats path.
 func (s *concurrentServer) track(target string) (stats []byte, ok bool) {
-	u, err := url.ParseRequestURI(target)
-	if err != nil {
+	path, query, _ := strings.Cut(target, "?")
+	body, ok := s.tr.serve(path, query)
+	if !ok {
 		return nil, false
 	}
-	q := u.Query()
-	if u.Path == statsPath {
-		n, d := s.tr.take(q.Get("cell"))
-		body := fmt.Sprintf("%d %d\n", n, d)
-		return fmt.Appendf(nil, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nContent-Type: text/plain\r\n\r\n%s", len(body), body), true
-	}
-	if cell := q.Get("cell"); cell != "" {
-		s.tr.add(cell, q.Get("id"))
-	}
-	return nil, false
+	return fmt.Appendf(nil, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nContent-Type: text/plain\r\n\r\n%s", len(body), body), true
 }
 
 // serveChild runs a test server for a parent process: it prints the
