@@ -475,7 +475,9 @@ func (c *pconn) pipelining() bool {
 // flushLeftovers flushes requests that a writer left buffered expecting a
 // writer behind it to flush, when that writer gave up.
 func (c *pconn) flushLeftovers() {
-	if err := c.flushBuffered(); err != nil && err != net.ErrClosed {
+	// A flush on a closed connection (its token free, so taken without a
+	// look at c.closed) fails with net.ErrClosed wrapped: not a new cause.
+	if err := c.flushBuffered(); err != nil && !errors.Is(err, net.ErrClosed) {
 		c.fail(err)
 	}
 }
