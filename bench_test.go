@@ -2,11 +2,15 @@ package pipelined
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/textproto"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -66,6 +70,56 @@ func BenchmarkClientGet(b *testing.B) {
 	benchGets(b, &http.Client{Transport: tr})
 }
 
+// BenchmarkClientGetDirect is BenchmarkClientGet with as many callers as
+// connections (5): nothing to pipeline, every caller reads its own answer
+// (a direct read, direct.go). Compare with fasthttp.HostClient's shape
+// (the benchmarks program's p5 suite).
+func BenchmarkClientGetDirect(b *testing.B) {
+	tr := NewTransport(TransportOptions{MaxConnsPerHost: 5, PipelineDepth: 10})
+	defer tr.Close()
+	benchGetsN(b, &http.Client{Transport: tr}, 5)
+}
+
+// BenchmarkMinimalClientGet is the floor under BenchmarkClientGetDirect:
+// the same 5 callers and server, each caller with a connection of its own
+// and nothing but a buffered write of the request and a textproto read of
+// the answer, as the leanest client (fasthttp.HostClient) does. What
+// BenchmarkClientGetDirect spends above it is the net/http API, the pool,
+// the socket look before each request (direct.go) and the building of an
+// *http.Response.
+func BenchmarkMinimalClientGet(b *testing.B) {
+	url := benchServer(b)
+	addr := strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/")
+	const head = "GET / HTTP/1.1\r\nHost: x\r\nUser-Agent: Go-http-client/1.1\r\nAccept-Encoding: gzip\r\n\r\n"
+	benchCallers(b, 5, func() func() error {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			return func() error { return err }
+		}
+		b.Cleanup(func() { c.Close() })
+		br := bufio.NewReader(c)
+		tp := textproto.NewReader(br)
+		return func() error {
+			if _, err := io.WriteString(c, head); err != nil {
+				return err
+			}
+			if line, err := tp.ReadLine(); err != nil || !strings.HasPrefix(line, "HTTP/1.1 200 ") {
+				return fmt.Errorf("status line %q: %v", line, err)
+			}
+			h, err := tp.ReadMIMEHeader()
+			if err != nil {
+				return err
+			}
+			n, err := strconv.Atoi(h.Get("Content-Length"))
+			if err != nil {
+				return err
+			}
+			_, err = br.Discard(n)
+			return err
+		}
+	})
+}
+
 // BenchmarkClientGetObserver is BenchmarkClientGet with an Observer whose
 // every hook is set (and counts): what watching the transport costs.
 // BenchmarkClientGet itself runs with no Observer: compare the two, and
@@ -103,9 +157,35 @@ func BenchmarkNetHTTPClientGet(b *testing.B) {
 
 // benchGets runs GETs of benchServer through client from 50 goroutines.
 func benchGets(b *testing.B, client *http.Client) {
+	benchGetsN(b, client, 50)
+}
+
+// benchGetsN runs b.N GETs of benchServer through client from callers
+// goroutines.
+func benchGetsN(b *testing.B, client *http.Client, callers int) {
 	url := benchServer(b)
+	benchCallers(b, callers, func() func() error {
+		req, _ := http.NewRequest("GET", url, nil)
+		return func() error {
+			resp, err := client.Do(req)
+			if err != nil {
+				return err
+			}
+			io.Copy(io.Discard, resp.Body)
+			return resp.Body.Close()
+		}
+	})
+}
+
+// benchCallers runs b.N requests from callers goroutines, each with the
+// request function newCaller returns for it, and reports the process's
+// CPU per request.
+func benchCallers(b *testing.B, callers int, newCaller func() func() error) {
+	dos := make([]func() error, callers)
+	for i := range dos {
+		dos[i] = newCaller()
+	}
 	b.ReportAllocs()
-	b.SetParallelism(25) // 25 × GOMAXPROCS(2) = 50 callers
 	b.ResetTimer()
 	// The process's CPU per request, server included (it runs here):
 	// holds better than ns/op when other work shares the machine.
@@ -115,18 +195,20 @@ func benchGets(b *testing.B, client *http.Client) {
 			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 		}
 	}()
-	b.RunParallel(func(pb *testing.PB) {
-		req, _ := http.NewRequest("GET", url, nil)
-		for pb.Next() {
-			resp, err := client.Do(req)
-			if err != nil {
-				b.Error(err)
-				return
+	var left atomic.Int64
+	left.Store(int64(b.N))
+	var wg sync.WaitGroup
+	for _, do := range dos {
+		wg.Go(func() {
+			for left.Add(-1) >= 0 {
+				if err := do(); err != nil {
+					b.Error(err)
+					return
+				}
 			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}
-	})
+		})
+	}
+	wg.Wait()
 }
 
 // BenchmarkInFlightMemory reports the memory (heap and stacks, caller
