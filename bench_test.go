@@ -82,8 +82,8 @@ func BenchmarkClientGetDirect(b *testing.B) {
 
 // BenchmarkMinimalClientGet is the floor under BenchmarkClientGetDirect:
 // the same 5 callers and server, each caller with a connection of its own
-// and nothing but a buffered write of the request and a textproto read of
-// the answer, as the leanest client (fasthttp.HostClient) does. What
+// and nothing but one write of the request and a textproto read of the
+// answer, about what the leanest client (fasthttp.HostClient) does. What
 // BenchmarkClientGetDirect spends above it is the net/http API, the pool,
 // the socket look before each request (direct.go) and the building of an
 // *http.Response.
