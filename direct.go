@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"time"
@@ -185,6 +186,12 @@ func (c *pconn) claimDirect(a *attempt) bool {
 // rested: no bytes, no end of stream, no error. Only the holder of the
 // read turn may call it.
 func (c *pconn) quiet() bool {
+	return c.quietBuffered() && c.peek.socketQuiet()
+}
+
+// quietBuffered is quiet but for the socket: it reports whether nothing
+// that arrived is held by the connection's readers.
+func (c *pconn) quietBuffered() bool {
 	// RFC 9112 §9.2: bytes with no request outstanding are not a
 	// response. Those that came with the last response are in br.
 	if c.br.Buffered() > 0 {
@@ -193,7 +200,7 @@ func (c *pconn) quiet() bool {
 	if _, ok := c.conn.(*tls.Conn); ok && !c.tlsQuiet() {
 		return false
 	}
-	return c.peek.socketQuiet()
+	return true
 }
 
 // tlsQuiet reports whether the TLS connection holds no record that is not
@@ -248,15 +255,7 @@ func (c *pconn) wakeReader() {
 // the connection, as the reader goroutine's context watch does for a
 // stream.
 func (c *pconn) readDirect(a *attempt) {
-	c.directing.Store(a)
 	ctx := a.r.ctx
-	c.directStop = nil
-	if ctx.Done() != nil {
-		c.deadlineMu.Lock()
-		c.directA = a
-		c.deadlineMu.Unlock()
-		c.directStop = context.AfterFunc(ctx, func() { c.cancelDirect(a) })
-	}
 	if c.head() != a {
 		// The connection failed while the request was written: its
 		// outcome is delivered already.
@@ -293,6 +292,153 @@ func (c *pconn) readDirect(a *attempt) {
 		}
 		c.fail(err)
 	}
+}
+
+// startDirect starts the direct read of a: from here, a cancellation of
+// a's context interrupts the wait for its answer (cancelDirect).
+func (c *pconn) startDirect(a *attempt) {
+	c.directing.Store(a)
+	ctx := a.r.ctx
+	c.directStop = nil
+	if ctx.Done() != nil {
+		c.deadlineMu.Lock()
+		c.directA = a
+		c.deadlineMu.Unlock()
+		c.directStop = context.AfterFunc(ctx, func() { c.cancelDirect(a) })
+	}
+}
+
+// mayHold reports whether a's request, claimed for a direct read, may be
+// written by writeHeld: its body, if any, is in memory and small, it is
+// not a CONNECT, and no hook of the user's is told when it is written
+// (httptrace's WroteHeaderField, WroteHeaders and WroteRequest would fire
+// as it is written into the buffer, before the look, and so for a request
+// that the look may then keep from the socket; Observer.RequestWritten
+// would fire only once the answer had come).
+func (c *pconn) mayHold(a *attempt, body io.ReadCloser) bool {
+	r := a.r
+	if r.method == http.MethodConnect || body != nil && !smallBody(r) {
+		return false
+	}
+	if t := r.trace; t != nil && (t.WroteHeaderField != nil || t.WroteHeaders != nil || t.WroteRequest != nil) {
+		return false
+	}
+	o := c.t.opts.Observer
+	return o == nil || o.RequestWritten == nil
+}
+
+// writeHeld writes a's request, claimed for a direct read, in one pass
+// with the look at the socket (quiet) and the wait for the answer. A read
+// right after writing a request seldom finds its answer there: it finds
+// the socket empty, and only then waits for it. Go's poller forgets a
+// socket's readiness when a wait is prepared (runtime's pollReset), which
+// is why a read cannot wait without trying first; so the look, which must
+// come before the write, comes right after that preparation, the write
+// after the look, and the wait after the write, all in one RawConn.Read
+// (peeker.lookWrite): the look takes the place of the read that finds
+// nothing, and a direct request costs the system calls of a minimal
+// client. Nothing of the request reaches the socket before the look: it is
+// held in bw (and in wc, past bw's size) until then. It returns what send
+// returns.
+func (c *pconn) writeHeld(a *attempt, body io.ReadCloser) error {
+	r := a.r
+	c.startDirect(a) // the context's watch covers the wait
+	c.heldA, c.heldDeadline = a, false
+	if dl, ok := r.ctx.Deadline(); ok {
+		// As write: a request head with a small body fits in the socket
+		// buffer; the context's deadline bounds the write.
+		c.conn.SetWriteDeadline(dl)
+		c.heldDeadline = true
+	}
+	c.wc.mu.Lock()
+	c.wc.hold = true
+	c.wc.mu.Unlock()
+	werr := writeRequest(c.bw, r, body, nil)
+	quiet := true
+	if werr == nil {
+		// Written but for the flush: the header timer (a read deadline)
+		// must run through the wait.
+		c.armHeaderTimeout(a)
+		quiet, werr = c.peek.lookWrite()
+	} else {
+		c.dropHeld() // a partial request never reaches the socket
+	}
+	switch {
+	case werr == nil && !quiet:
+		c.endHeldWrite()
+		return c.unsendHeld(a)
+	case werr != nil:
+		c.endHeldWrite()
+		<-c.writeLock
+		a.written.Store(false)
+		c.writeFailed(a, werr, nil)
+	}
+	// Written: flushHeld released the write token, so that requests
+	// may be written behind a while it waits (their answers are the
+	// reader goroutine's, handBack).
+	c.readDirect(a)
+	return nil
+}
+
+// flushHeld ends writeHeld's hold and flushes the request, from within
+// the look (peeker.lookWrite). Once it is written, the write token is
+// released before the wait for the answer.
+func (c *pconn) flushHeld() error {
+	err := c.wc.release(true)
+	if err == nil {
+		err = c.bw.Flush()
+	}
+	if err != nil {
+		return err // writeHeld settles it, holding the token
+	}
+	a := c.heldA
+	c.endHeldWrite()
+	<-c.writeLock
+	a.written.Store(true)
+	return nil
+}
+
+// endHeldWrite ends writeHeld's write, before the write token is
+// released: it undoes the write deadline.
+func (c *pconn) endHeldWrite() {
+	c.heldA = nil
+	if c.heldDeadline {
+		c.heldDeadline = false
+		c.conn.SetWriteDeadline(time.Time{})
+	}
+}
+
+// dropHeld ends writeHeld's hold and drops what bw and wc hold.
+func (c *pconn) dropHeld() {
+	c.wc.release(false)
+	c.bw.Reset(&c.wc)
+}
+
+// unsendHeld undoes writeHeld when the socket was not quiet, or could not
+// be looked at (closed, or a's context cancelled): nothing of a's request
+// reached it. As in send, the connection takes no more requests and its
+// reader goroutine reads what came; a goes elsewhere (errNotWritten), or
+// has its outcome already if the connection failed meanwhile.
+func (c *pconn) unsendHeld(a *attempt) error {
+	c.dropHeld()
+	c.disarm(a)
+	c.holStop()
+	c.mu.Lock()
+	settled := c.dead // fail delivered a's outcome
+	if !settled && len(c.fifo) == 1 && c.fifo[0] == a {
+		c.fifo[0] = nil
+		c.fifo = c.fifo[:0]
+	}
+	c.mu.Unlock()
+	c.stopWriting()
+	<-c.writeLock
+	c.directing.Store(nil)
+	c.endDirectWatch()
+	c.handBack(rdReader)
+	if settled {
+		return nil
+	}
+	return errNotWritten
 }
 
 // directDone ends the direct read of a once its response is read in full

@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -21,19 +22,7 @@ import (
 // inDirectRead reports whether the calling goroutine is a caller reading
 // its own answer (direct.go): httptrace hooks that fire while a response
 // is read run in the goroutine that reads it.
-func inDirectRead() bool {
-	pc := make([]uintptr, 64)
-	frames := runtime.CallersFrames(pc[:runtime.Callers(2, pc)])
-	for {
-		f, more := frames.Next()
-		if strings.HasSuffix(f.Function, ".(*pconn).readDirect") {
-			return true
-		}
-		if !more {
-			return false
-		}
-	}
-}
+func inDirectRead() bool { return inFrame(".(*pconn).readDirect") }
 
 // directTrace returns ctx with a trace that records in direct whether the
 // answer's first byte was read by its caller.
@@ -48,118 +37,137 @@ func directTrace(ctx context.Context, direct *atomic.Bool) context.Context {
 // nobody asked for) keeps a request that must not be sent twice from being
 // written on it, and one that may be is sent again: every request is
 // answered, by a fresh connection, and the rested connection receives
-// nothing more.
+// nothing more. Each row runs twice: with a WroteRequest hook (the socket
+// is looked at before the request is written) and without (writeHeld:
+// the request is held until the look, then written and waited for in one
+// pass), the second time with headers larger than the write buffer too.
 func TestDirectReadQuiet(t *testing.T) {
 	// The TLS rows: the server's certificate, and a client trusting it.
 	certs := httptest.NewTLSServer(http.NotFoundHandler())
 	t.Cleanup(certs.Close)
-	tests := []struct {
-		name   string
-		method string
-		// after the first response on a connection: close it, or send
-		// an extra response and keep reading.
-		extra bool
-		tls   bool
-		// writes of the second request: what came while the
-		// connection rested is seen before any write.
-		writes int32
-	}{
-		{"closed, POST", http.MethodPost, false, false, 1},
-		{"closed, GET", http.MethodGet, false, false, 1},
-		{"bytes, POST", http.MethodPost, true, false, 1},
+	tests := []quietCase{
+		{"closed, POST", http.MethodPost, false, false},
+		{"closed, GET", http.MethodGet, false, false},
+		{"bytes, POST", http.MethodPost, true, false},
 		// The TLS server's response and close_notify leave in one
 		// segment: the close_notify is read with the response, and held
 		// by the TLS connection, where the socket shows nothing.
-		{"TLS closed, POST", http.MethodPost, false, true, 1},
-		{"TLS closed, GET", http.MethodGet, false, true, 1},
-		{"TLS bytes, POST", http.MethodPost, true, true, 1},
+		{"TLS closed, POST", http.MethodPost, false, true},
+		{"TLS closed, GET", http.MethodGet, false, true},
+		{"TLS bytes, POST", http.MethodPost, true, true},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			verifyNoLeaks(t)
-			var late atomic.Int32       // requests a rested first connection received
-			sent := make(chan struct{}) // the first connection's close or extra bytes are sent
-			srv := startRawServer(t, func(n int, c net.Conn) {
-				var hold *holdConn
-				if tt.tls {
-					hold = &holdConn{Conn: c}
-					tc := tls.Server(hold, certs.TLS)
-					defer tc.Close() // a close_notify, then the FIN
-					c = tc
-				}
-				br := bufio.NewReader(c)
-				for i := 0; ; i++ {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					io.Copy(io.Discard, req.Body)
-					if n == 0 && i > 0 {
-						late.Add(1)
-					}
-					if hold != nil && n == 0 && !tt.extra {
-						hold.hold()
-					}
-					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
-					if n == 0 && !tt.extra {
-						c.Close() // without notice
-						close(sent)
-						return
-					}
-					if n == 0 && i == 0 {
-						// Apart from the response: the bytes reach the
-						// socket while the connection rests.
-						time.Sleep(5 * time.Millisecond)
-						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nhijack")
-						close(sent)
-					}
-				}
-			})
-			opts, base := TransportOptions{}, srv.url("")
-			if tt.tls {
-				opts.TLSClientConfig, base = tlsRoots(certs), "https://"+srv.addr
+		for _, hooked := range []bool{true, false} {
+			name := tt.name + ", written after the look"
+			if !hooked {
+				name = tt.name + ", held until the look"
 			}
-			tr := newTestTransport(t, opts)
-			tr.restWatch = time.Hour // the reader never watches during the test
-			var direct atomic.Bool
-			ctx := directTrace(context.Background(), &direct)
+			t.Run(name, func(t *testing.T) { testDirectReadQuiet(t, certs, tt, hooked) })
+		}
+	}
+}
 
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/first", nil)
-			resp, err := tr.RoundTrip(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := readBody(t, resp); got != "/first" {
-				t.Fatalf("first body = %q, want /first", got)
-			}
-			if !direct.Load() {
-				t.Fatal("the first answer was not read by its caller")
-			}
-			<-sent
-			time.Sleep(5 * time.Millisecond) // and reach the client's socket (loopback: at once)
+// quietCase is a row of TestDirectReadQuiet.
+type quietCase struct {
+	name   string
+	method string
+	// after the first response on a connection: close it, or send an
+	// extra response and keep reading.
+	extra bool
+	tls   bool
+}
 
-			var writes atomic.Int32
-			ctx = httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
-				WroteRequest: func(httptrace.WroteRequestInfo) { writes.Add(1) },
-			})
-			req, _ = http.NewRequestWithContext(ctx, tt.method, base+"/second", strings.NewReader("body"))
-			resp, err = tr.RoundTrip(req)
+func testDirectReadQuiet(t *testing.T, certs *httptest.Server, tt quietCase, hooked bool) {
+	verifyNoLeaks(t)
+	var late atomic.Int32       // requests a rested first connection received
+	sent := make(chan struct{}) // the first connection's close or extra bytes are sent
+	srv := startRawServer(t, func(n int, c net.Conn) {
+		var hold *holdConn
+		if tt.tls {
+			hold = &holdConn{Conn: c}
+			tc := tls.Server(hold, certs.TLS)
+			defer tc.Close() // a close_notify, then the FIN
+			c = tc
+		}
+		br := bufio.NewReader(c)
+		for i := 0; ; i++ {
+			req, err := http.ReadRequest(br)
 			if err != nil {
-				t.Fatalf("%s /second: %v", tt.method, err)
+				return
 			}
-			if got := readBody(t, resp); got != "/second" {
-				t.Errorf("%s /second: body = %q, want /second", tt.method, got)
+			io.Copy(io.Discard, req.Body)
+			if n == 0 && i > 0 {
+				late.Add(1)
 			}
-			if n := late.Load(); n != 0 {
-				t.Errorf("the rested connection received %d more requests, want 0", n)
+			if hold != nil && n == 0 && !tt.extra {
+				hold.hold()
 			}
-			if n := srv.conns.Load(); n != 2 {
-				t.Errorf("connections = %d, want 2", n)
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
+			if n == 0 && !tt.extra {
+				c.Close() // without notice
+				close(sent)
+				return
 			}
-			if n := writes.Load(); n != tt.writes {
-				t.Errorf("%s /second written %d times, want %d", tt.method, n, tt.writes)
+			if n == 0 && i == 0 {
+				// Apart from the response: the bytes reach the
+				// socket while the connection rests.
+				time.Sleep(5 * time.Millisecond)
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nhijack")
+				close(sent)
 			}
+		}
+	})
+	opts, base := TransportOptions{}, srv.url("")
+	if tt.tls {
+		opts.TLSClientConfig, base = tlsRoots(certs), "https://"+srv.addr
+	}
+	tr := newTestTransport(t, opts)
+	tr.restWatch = time.Hour // the reader never watches during the test
+	var direct atomic.Bool
+	ctx := directTrace(context.Background(), &direct)
+
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/first", nil)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readBody(t, resp); got != "/first" {
+		t.Fatalf("first body = %q, want /first", got)
+	}
+	if !direct.Load() {
+		t.Fatal("the first answer was not read by its caller")
+	}
+	<-sent
+	time.Sleep(5 * time.Millisecond) // and reach the client's socket (loopback: at once)
+
+	var writes atomic.Int32
+	ctx = context.Background()
+	if hooked {
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+			WroteRequest: func(httptrace.WroteRequestInfo) { writes.Add(1) },
 		})
+	}
+	req, _ = http.NewRequestWithContext(ctx, tt.method, base+"/second", strings.NewReader("body"))
+	if !hooked {
+		// Past the write buffer: held by the connection's writer
+		// too, not only by its buffer.
+		req.Header.Set("X-Large", strings.Repeat("x", 2*defaultBufferSize))
+	}
+	resp, err = tr.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("%s /second: %v", tt.method, err)
+	}
+	if got := readBody(t, resp); got != "/second" {
+		t.Errorf("%s /second: body = %q, want /second", tt.method, got)
+	}
+	if n := late.Load(); n != 0 {
+		t.Errorf("the rested connection received %d more requests, want 0", n)
+	}
+	if n := srv.conns.Load(); n != 2 {
+		t.Errorf("connections = %d, want 2", n)
+	}
+	if n := writes.Load(); hooked && n != 1 {
+		t.Errorf("%s /second written %d times, want 1", tt.method, n)
 	}
 }
 
@@ -361,5 +369,111 @@ func TestDirectReadHandsOn(t *testing.T) {
 	}
 	if !first.Load() || !second.Load() {
 		t.Errorf("answers read by their callers: first %v, second %v; want both", first.Load(), second.Load())
+	}
+}
+
+// writeWatchConn is a client connection that exposes its socket (so that
+// its answers may be read by their callers) and records whether a write
+// happened within the look at the socket (peeker.lookThenWrite).
+type writeWatchConn struct {
+	net.Conn
+	inLook, outside atomic.Int32
+}
+
+func (c *writeWatchConn) SyscallConn() (syscall.RawConn, error) {
+	return c.Conn.(syscall.Conn).SyscallConn()
+}
+
+func (c *writeWatchConn) Write(p []byte) (int, error) {
+	if inFrame(".(*peeker).lookThenWrite") {
+		c.inLook.Add(1)
+	} else {
+		c.outside.Add(1)
+	}
+	return c.Conn.Write(p)
+}
+
+// inFrame reports whether the calling goroutine runs within a function
+// whose name ends with suffix.
+func inFrame(suffix string) bool {
+	pc := make([]uintptr, 64)
+	frames := runtime.CallersFrames(pc[:runtime.Callers(2, pc)])
+	for {
+		f, more := frames.Next()
+		if strings.HasSuffix(f.Function, suffix) {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
+}
+
+// TestDirectReadHeld: a request read by its caller is written within the
+// look at the socket (writeHeld), in one pass with the wait for its
+// answer, unless a hook of the caller's is told when it is written, or its
+// body is not small and in memory.
+func TestDirectReadHeld(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		fmt.Fprintf(w, "%s %d", r.URL.Path, n)
+	}))
+	t.Cleanup(srv.Close)
+	tests := []struct {
+		name   string
+		method string
+		body   string
+		trace  *httptrace.ClientTrace
+		inLook bool
+	}{
+		{"GET", http.MethodGet, "", nil, true},
+		{"POST, small body", http.MethodPost, "abc", nil, true},
+		{"GET, other hooks", http.MethodGet, "", &httptrace.ClientTrace{GotFirstResponseByte: func() {}}, true},
+		{"GET, WroteRequest hook", http.MethodGet, "", &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) {}}, false},
+		{"GET, WroteHeaders hook", http.MethodGet, "", &httptrace.ClientTrace{WroteHeaders: func() {}}, false},
+		{"POST, large body", http.MethodPost, strings.Repeat("x", maxSmallBody+1), nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			verifyNoLeaks(t)
+			var conn *writeWatchConn
+			var d net.Dialer
+			tr := newTestTransport(t, TransportOptions{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				c, err := d.DialContext(ctx, network, addr)
+				if err != nil {
+					return nil, err
+				}
+				conn = &writeWatchConn{Conn: c}
+				return conn, nil
+			}})
+			tr.restWatch = time.Hour
+			resp, err := get(t, tr, srv.URL+"/warm")
+			if err != nil {
+				t.Fatal(err)
+			}
+			readBody(t, resp)
+			conn.inLook.Store(0)
+			conn.outside.Store(0)
+			ctx := context.Background()
+			if tt.trace != nil {
+				ctx = httptrace.WithClientTrace(ctx, tt.trace)
+			}
+			var body io.Reader
+			if tt.body != "" {
+				body = strings.NewReader(tt.body)
+			}
+			req, _ := http.NewRequestWithContext(ctx, tt.method, srv.URL+"/r", body)
+			resp, err = tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := readBody(t, resp), fmt.Sprintf("/r %d", len(tt.body)); got != want {
+				t.Errorf("body = %q, want %q", got, want)
+			}
+			in, out := conn.inLook.Load(), conn.outside.Load()
+			if got := in > 0 && out == 0; got != tt.inLook || in+out == 0 {
+				t.Errorf("writes within the look %d, outside %d; want all within: %v", in, out, tt.inLook)
+			}
+		})
 	}
 }

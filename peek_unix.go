@@ -17,6 +17,14 @@ type peeker struct {
 	look  func(fd uintptr) // p.recv, bound once
 	quiet bool
 	b     [1]byte
+
+	// lookWrite's state: write is the connection's flush (bound once by
+	// newPconn), step is p.lookThenWrite, bound once; looked and werr
+	// are what the step did.
+	write  func() error
+	step   func(fd uintptr) bool
+	looked bool
+	werr   error
 }
 
 // newPeeker returns a peeker for conn, or nil if conn cannot be looked at
@@ -40,6 +48,7 @@ func newPeeker(conn net.Conn) *peeker {
 	}
 	p := &peeker{rc: rc}
 	p.look = p.recv
+	p.step = p.lookThenWrite
 	return p
 }
 
@@ -56,4 +65,34 @@ func (p *peeker) socketQuiet() bool {
 	// rests, holds no read of its own on the socket.
 	err := p.rc.Control(p.look)
 	return err == nil && p.quiet
+}
+
+// lookWrite looks at the socket and, if it is quiet, writes (p.write) and
+// then waits until the socket may have something to read, all in one
+// RawConn.Read: its readiness is reset before the look, so an answer that
+// comes at any time after the look ends the wait (pconn.writeHeld). It
+// reports whether the socket was looked at and found quiet, and write's
+// error. Whatever ended the wait early (a read deadline, a close), the
+// read that follows reports.
+func (p *peeker) lookWrite() (quiet bool, err error) {
+	p.looked, p.quiet, p.werr = false, false, nil
+	p.rc.Read(p.step)
+	quiet, err = p.looked && p.quiet, p.werr
+	p.werr = nil
+	return quiet, err
+}
+
+func (p *peeker) lookThenWrite(fd uintptr) bool {
+	if p.looked {
+		return true // the wait ended
+	}
+	p.looked = true
+	p.recv(fd)
+	if !p.quiet {
+		return true
+	}
+	if p.werr = p.write(); p.werr != nil {
+		return true
+	}
+	return false // wait for the answer
 }

@@ -99,6 +99,11 @@ type pconn struct {
 	directCancelled bool
 	armedUntil      time.Time // the header deadline of armed
 
+	// heldA and heldDeadline, owned by the holder of the write token: the
+	// attempt writeHeld writes, and whether it set a write deadline.
+	heldA        *attempt
+	heldDeadline bool
+
 	// prevEnd, owned by whoever holds the read turn: when the response
 	// ahead of the current head ended, if the head was written behind it.
 	prevEnd monoTime
@@ -117,14 +122,39 @@ type wireCounter struct {
 	conn net.Conn
 	mu   sync.Mutex // held during conn.Write; a leaf
 	n    int64      // guarded by mu
+	// hold, guarded by mu, keeps what bw writes in held instead of
+	// writing it, until release (pconn.writeHeld): a request larger than
+	// bw reaches the socket only once the socket has been looked at.
+	hold bool
+	held []byte
 }
 
 func (w *wireCounter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.hold {
+		w.held = append(w.held, p...)
+		return len(p), nil
+	}
 	n, err := w.conn.Write(p)
 	w.n += int64(n)
 	return n, err
+}
+
+// release ends a hold: it writes what was held if write is true, and
+// drops it otherwise.
+func (w *wireCounter) release(write bool) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.hold = false
+	held := w.held
+	w.held = nil
+	if !write || len(held) == 0 {
+		return nil
+	}
+	n, err := w.conn.Write(held)
+	w.n += int64(n)
+	return err
 }
 
 // written returns the bytes handed to the connection so far. The writer
@@ -196,6 +226,7 @@ func newPconn(t *Transport, ev connEvents, conn net.Conn, state *tls.ConnectionS
 	c.wc.conn = conn
 	c.bw = bufio.NewWriterSize(&c.wc, o.WriteBufferSize)
 	if c.peek = newPeeker(conn); c.peek != nil {
+		c.peek.write = c.flushHeld
 		c.canDirect = true
 		c.wake = make(chan struct{}, 1)
 		c.restT = time.NewTimer(restWatch)
@@ -252,13 +283,17 @@ func (c *pconn) send(a *attempt) error {
 	}
 	inline := body == nil || r.req.GetBody != nil && r.req.ContentLength > 0 && r.req.ContentLength <= maxInlineBody
 	direct := inline && c.claimDirect(a)
-	if direct && !c.quiet() {
+	// A direct request written in one pass with the look at the socket
+	// and the wait for its answer (writeHeld) is looked at there; here,
+	// only what is already read is.
+	held := direct && c.mayHold(a, body)
+	if held && !c.quietBuffered() || direct && !held && !c.quiet() {
 		// Something came while nobody was reading: the server closed the
 		// connection, or sent what nobody asked for. Write nothing; the
 		// reader goroutine reads it and ends the connection.
 		c.stopWriting()
 		c.handBack(rdReader)
-		direct = false
+		direct, held = false, false
 	}
 	c.mu.Lock()
 	if c.dead || c.noWrite {
@@ -323,8 +358,12 @@ func (c *pconn) send(a *attempt) error {
 		go c.write(a, body)
 		return nil
 	}
+	if held {
+		return c.writeHeld(a, body)
+	}
 	c.write(a, body)
 	if direct {
+		c.startDirect(a)
 		c.readDirect(a)
 	}
 	return nil
