@@ -29,7 +29,9 @@ import (
 //     before writing, the caller checks the socket (and what a TLS
 //     connection holds) for bytes or an end of stream without reading them
 //     (quiet), and a connection that is not quiet ends unwritten: the
-//     request goes elsewhere, whatever its method. (Sparing idempotent
+//     request goes elsewhere, whatever its method. The look takes the place
+//     of the read that would find the socket empty right after the write
+//     (writeHeld), so that it costs no system call of its own. (Sparing idempotent
 //     requests the look, and retrying them after a close seen only once
 //     written, saved a system call each but failed requests in a mass
 //     close: an nginx reload closes many idle connections at once, the
