@@ -31,13 +31,13 @@ import (
 //     (quiet), and a connection that is not quiet ends unwritten: the
 //     request goes elsewhere, whatever its method. The look takes the place
 //     of the read that would find the socket empty right after the write
-//     (writeHeld), so that it costs no system call of its own. (Sparing idempotent
-//     requests the look, and retrying them after a close seen only once
-//     written, saved a system call each but failed requests in a mass
-//     close: an nginx reload closes many idle connections at once, the
-//     retries hop from one closed connection to the next, and one that
-//     lands as the first request of a fresh connection the old worker
-//     closes is not retried, as with net/http.)
+//     (writeHeld), so that it costs no system call of its own. (Sparing
+//     idempotent requests the look, and retrying them after a close seen
+//     only once written, saved a system call each but failed requests in
+//     a mass close: an nginx reload closes many idle connections at once,
+//     the retries hop from one closed connection to the next, and one
+//     that lands as the first request of a fresh connection the old
+//     worker closes is not retried, as with net/http.)
 //   - A connection that rests for restWatch is watched again by its reader
 //     goroutine, so that a close is seen (and the socket closed) soon.
 //   - Requests written behind a direct read are read by the reader
