@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -410,22 +409,6 @@ func (c *writeWatchConn) Write(p []byte) (int, error) {
 		c.outside.Add(1)
 	}
 	return c.Conn.Write(p)
-}
-
-// inFrame reports whether the calling goroutine runs within a function
-// whose name ends with suffix.
-func inFrame(suffix string) bool {
-	pc := make([]uintptr, 64)
-	frames := runtime.CallersFrames(pc[:runtime.Callers(2, pc)])
-	for {
-		f, more := frames.Next()
-		if strings.HasSuffix(f.Function, suffix) {
-			return true
-		}
-		if !more {
-			return false
-		}
-	}
 }
 
 // TestDirectReadHeld: a request read by its caller is written within the

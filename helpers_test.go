@@ -461,3 +461,19 @@ func (c *memConn) SetWriteDeadline(time.Time) error { return nil } // writes nev
 func (c *memConn) SetDeadline(t time.Time) error    { return c.SetReadDeadline(t) }
 func (c *memConn) LocalAddr() net.Addr              { return memAddr{} }
 func (c *memConn) RemoteAddr() net.Addr             { return memAddr{} }
+
+// inFrame reports whether the calling goroutine runs within a function
+// whose name ends with suffix.
+func inFrame(suffix string) bool {
+	pc := make([]uintptr, 64)
+	frames := runtime.CallersFrames(pc[:runtime.Callers(2, pc)])
+	for {
+		f, more := frames.Next()
+		if strings.HasSuffix(f.Function, suffix) {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
+}
