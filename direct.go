@@ -345,7 +345,7 @@ func (c *pconn) mayHold(a *attempt, body io.ReadCloser) bool {
 func (c *pconn) writeHeld(a *attempt, body io.ReadCloser) error {
 	r := a.r
 	c.startDirect(a) // the context's watch covers the wait
-	c.heldA, c.heldDeadline = a, false
+	c.heldDeadline = false
 	if dl, ok := r.ctx.Deadline(); ok {
 		// As write: a request head with a small body fits in the socket
 		// buffer; the context's deadline bounds the write.
@@ -374,10 +374,12 @@ func (c *pconn) writeHeld(a *attempt, body io.ReadCloser) error {
 		<-c.writeLock
 		a.written.Store(false)
 		c.writeFailed(a, werr, nil)
+	default:
+		// Written: flushHeld released the write token, so that requests
+		// may be written behind a while it waits (their answers are the
+		// reader goroutine's, handBack).
+		a.written.Store(true)
 	}
-	// Written: flushHeld released the write token, so that requests
-	// may be written behind a while it waits (their answers are the
-	// reader goroutine's, handBack).
 	c.readDirect(a)
 	return nil
 }
@@ -393,17 +395,14 @@ func (c *pconn) flushHeld() error {
 	if err != nil {
 		return err // writeHeld settles it, holding the token
 	}
-	a := c.heldA
 	c.endHeldWrite()
 	<-c.writeLock
-	a.written.Store(true)
 	return nil
 }
 
 // endHeldWrite ends writeHeld's write, before the write token is
 // released: it undoes the write deadline.
 func (c *pconn) endHeldWrite() {
-	c.heldA = nil
 	if c.heldDeadline {
 		c.heldDeadline = false
 		c.conn.SetWriteDeadline(time.Time{})

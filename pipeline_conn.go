@@ -99,9 +99,9 @@ type pconn struct {
 	directCancelled bool
 	armedUntil      time.Time // the header deadline of armed
 
-	// heldA and heldDeadline, owned by the holder of the write token: the
-	// attempt writeHeld writes, and whether it set a write deadline.
-	heldA        *attempt
+	// heldDeadline, owned by the holder of the write token: writeHeld set
+	// a write deadline, which the flush within the look undoes before it
+	// releases the token.
 	heldDeadline bool
 
 	// prevEnd, owned by whoever holds the read turn: when the response
