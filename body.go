@@ -164,12 +164,12 @@ func unexpected(err error) error {
 // Body buffers come from size-classed pools and go back to them when both
 // the connection's reader and the caller are done with them, so that a
 // response costs no fresh allocation of its size.
-var bodyBufClasses = [...]int{1 << 10, 4 << 10, 16 << 10, maxReadAhead}
+var bodyBufClasses = [...]int{1 << 10, 4 << 10, 16 << 10, maxReadAhead, maxBufferedBody}
 
 var bodyBufPools [len(bodyBufClasses)]sync.Pool
 
 // getBodyBuf returns a pooled buffer of at least n bytes (at most
-// maxReadAhead). The pools hold *[]byte, so that putting one back
+// maxBufferedBody). The pools hold *[]byte, so that putting one back
 // allocates nothing.
 func getBodyBuf(n int) *[]byte {
 	for i, size := range bodyBufClasses {

@@ -38,14 +38,15 @@
 // # Memory
 //
 // The reader of each connection reads ahead at most one response body of up
-// to 64 KiB per request in flight, so that small responses behind an unread
-// body do not stall. A larger body streams from the connection; the
-// connection then takes no new requests until that body has been read or
-// closed, and if it is still streaming after HeadOfLineTimeout, idempotent
-// requests already written behind it are re-sent on another connection.
-// The memory the transport reads ahead of its callers is therefore bounded
-// by MaxConnsPerHost × PipelineDepth × 64 KiB per host. A buffered body
-// handed to a caller is the caller's: it holds its (at most 64 KiB) buffer
-// until it is read, closed or garbage collected, where net/http would hold
-// a connection instead.
+// to 256 KiB (of known length) per request in flight, so that responses
+// behind an unread body do not stall. A larger body, or one of unknown
+// length (chunked, or until close), streams from the connection through a
+// buffer of at most 64 KiB; the connection then takes no new requests until
+// that body has been read or closed, and if it is still streaming after
+// HeadOfLineTimeout, idempotent requests already written behind it are
+// re-sent on another connection. The memory the transport reads ahead of
+// its callers is therefore bounded by MaxConnsPerHost × PipelineDepth ×
+// 256 KiB per host. A buffered body handed to a caller is the caller's: it
+// holds its (at most 256 KiB) buffer until it is read, closed or garbage
+// collected, where net/http would hold a connection instead.
 package pipelined

@@ -359,8 +359,10 @@ func (d *countingDialer) dial(ctx context.Context, network, addr string) (net.Co
 
 // TestReadAheadBound checks the memory bound of the package doc: with
 // callers holding responses without reading them, the transport reads at
-// most MaxConnsPerHost × PipelineDepth × 64 KiB of bodies ahead, plus its
-// read buffers, however large the responses are.
+// most MaxConnsPerHost × PipelineDepth × 256 KiB (maxBufferedBody) of
+// bodies ahead, plus its read buffers, however large the responses are:
+// the small responses are buffered whole (just under maxBufferedBody), the
+// large ones (4 MiB) stream.
 func TestReadAheadBound(t *testing.T) {
 	verifyNoLeaks(t)
 	const maxConns, depth = 2, 4
@@ -371,7 +373,7 @@ func TestReadAheadBound(t *testing.T) {
 			if err != nil {
 				return
 			}
-			body := big[:60<<10]
+			body := big[:maxBufferedBody-4<<10]
 			if strings.HasPrefix(req.URL.Path, "/big") {
 				body = big
 			}
@@ -422,7 +424,7 @@ func TestReadAheadBound(t *testing.T) {
 		}
 		last = cur
 	}
-	bound := int64(maxConns*depth*maxReadAhead + maxConns*(defaultBufferSize+4096))
+	bound := int64(maxConns*depth*maxBufferedBody + maxConns*(defaultBufferSize+4096))
 	if got := d.read.Load(); got > bound {
 		t.Errorf("transport read %d bytes ahead of its callers, want at most %d", got, bound)
 	} else {

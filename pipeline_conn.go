@@ -756,7 +756,7 @@ func (c *pconn) readBody(a *attempt, resp *http.Response, f framing, closing, di
 		a.deliver(result{resp: resp})
 		return nil
 	}
-	if f.kind == bodyLength && f.n <= maxReadAhead && f.n <= int64(c.br.Buffered()) {
+	if f.kind == bodyLength && f.n <= maxBufferedBody && f.n <= int64(c.br.Buffered()) {
 		// The whole body is here: the connection is free again (and
 		// counted so) by the time the caller sees its response.
 		buf := getBodyBuf(int(f.n))
@@ -782,7 +782,10 @@ func (c *pconn) readBody(a *attempt, resp *http.Response, f framing, closing, di
 		lr  *io.LimitedReader
 		cr  *chunkedReader
 		// open: the end is not in sight (a large or open-ended body):
-		// nothing new goes behind it while it is read (streaming).
+		// nothing new goes behind it while it is read (streaming). A body
+		// of known length up to maxBufferedBody is read whole into a
+		// buffer of its size, so that the reader never waits for its
+		// caller to make room before it goes on to the next response.
 		open = true
 		size = 4 << 10
 	)
@@ -790,8 +793,11 @@ func (c *pconn) readBody(a *attempt, resp *http.Response, f framing, closing, di
 	case bodyLength:
 		lr = &io.LimitedReader{R: c.br, N: f.n}
 		src = lr
-		open = f.n > maxReadAhead
-		size = int(min(f.n, maxReadAhead))
+		open = f.n > maxBufferedBody
+		size = int(f.n)
+		if open {
+			size = maxReadAhead
+		}
 	case bodyChunked:
 		cr = newChunkedReader(c.br, c.t.opts.MaxResponseHeaderBytes)
 		src = cr
@@ -827,7 +833,7 @@ type bodyStream struct {
 	a *attempt
 	b *body
 	// open: the end is not in sight (chunked, until close, or longer than
-	// maxReadAhead). Its first read from the network makes it a stream.
+	// maxBufferedBody). Its first read from the network makes it a stream.
 	open bool
 	// chunkedOrUntilClose: the body's length is not known in advance.
 	chunkedOrUntilClose bool

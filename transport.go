@@ -45,8 +45,14 @@ const (
 
 	defaultBufferSize = 4 << 10
 
-	// maxReadAhead is the largest response body the reader of a connection
-	// buffers before reading on to the next response (see the package doc).
+	// maxBufferedBody is the largest response body of known length that
+	// the reader of a connection reads whole, into a buffer of its size,
+	// before it reads on to the next response (see the package doc). A
+	// larger body, or one of unknown length, is a stream.
+	maxBufferedBody = 256 << 10
+
+	// maxReadAhead is the largest buffer of a streamed body: the most the
+	// reader reads of it ahead of its caller.
 	maxReadAhead = 64 << 10
 
 	// maxDrain is the largest remainder of a body that is read and

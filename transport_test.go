@@ -656,7 +656,7 @@ func TestResendBehindLargeBody(t *testing.T) {
 
 func TestEarlyCloseKeepsConnectionWhenSmall(t *testing.T) {
 	verifyNoLeaks(t)
-	size := maxReadAhead + 1000 // streams, and the remainder is small
+	size := maxBufferedBody + 1000 // streams, and the remainder is small
 	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
 		for {
 			req, err := http.ReadRequest(br)

@@ -32,9 +32,10 @@ var suiteNames = []string{"default", "concurrency", "bodies", "p1", "p5", "post"
 // given: about 2.5 minutes on the project's 2-core machine.
 var defaultSuites = []string{"default", "concurrency"}
 
-// bodySizes are the bodies suite's response sizes: 65537 B is one byte past
-// 64 KiB, where a transport may switch from buffering to streaming.
-var bodySizes = []int{128, 16 << 10, 64 << 10, 64<<10 + 1, 1 << 20, 4 << 20}
+// bodySizes are the bodies suite's response sizes: 65537 B and 262145 B are
+// one byte past 64 KiB and 256 KiB, where a transport may switch from
+// buffering a body to streaming it (pipelined streams bodies over 256 KiB).
+var bodySizes = []int{128, 16 << 10, 64 << 10, 64<<10 + 1, 256 << 10, 256<<10 + 1, 1 << 20, 4 << 20}
 
 // suiteScenarios returns the scenarios of the named suite. The servers of
 // o.servers apply to the suites that run on both; BODY to the default one.
