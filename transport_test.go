@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -583,6 +584,84 @@ func TestUnreadBodyDoesNotBlock(t *testing.T) {
 	waitOrFail(t, &wg, "small requests after an unread 8 MiB body")
 	if got := readBody(t, r1); len(got) != len(big) {
 		t.Errorf("big body: %d bytes, want %d", len(got), len(big))
+	}
+}
+
+// TestBufferedBodySizes: a body of known length up to maxBufferedBody is
+// read whole ahead of its caller, so that the connection serves the next
+// request while the body is unread; a larger one streams, and the
+// connection serves nothing else until it has been read.
+func TestBufferedBodySizes(t *testing.T) {
+	tests := []struct {
+		size     int
+		buffered bool
+	}{
+		{maxReadAhead, true},
+		{maxReadAhead + 1, true},
+		{maxBufferedBody, true},
+		{maxBufferedBody + 1, false},
+	}
+	for _, tt := range tests {
+		t.Run(strconv.Itoa(tt.size), func(t *testing.T) {
+			verifyNoLeaks(t)
+			big := strings.Repeat("b", tt.size)
+			srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					body := "small"
+					if req.URL.Path == "/big" {
+						body = big
+					}
+					if _, err := fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body); err != nil {
+						return
+					}
+				}
+			})
+			tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 2})
+			r1, err := get(t, tr, srv.url("/big"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r1.Body.Close()
+			small := make(chan string, 1)
+			go func() {
+				r2, err := get(t, tr, srv.url("/small"))
+				if err != nil {
+					small <- err.Error()
+					return
+				}
+				small <- readBody(t, r2)
+			}()
+			// One connection: the second answer comes while the first body
+			// is unread only if that body was read ahead whole.
+			wait := testTimeout
+			if !tt.buffered {
+				wait = 200 * time.Millisecond // long enough to see it come
+			}
+			select {
+			case got := <-small:
+				if !tt.buffered {
+					t.Errorf("a %d-byte body was read ahead whole: the next answer (%q) came while it was unread", tt.size, got)
+				} else if got != "small" {
+					t.Errorf("next body = %q, want %q", got, "small")
+				}
+			case <-time.After(wait):
+				if tt.buffered {
+					t.Fatalf("a %d-byte body was not read ahead: the next request waited for it", tt.size)
+				}
+			}
+			if got := readBody(t, r1); len(got) != tt.size {
+				t.Errorf("big body: %d bytes, want %d", len(got), tt.size)
+			}
+			if !tt.buffered {
+				if got := <-small; got != "small" {
+					t.Errorf("next body after the stream = %q, want %q", got, "small")
+				}
+			}
+		})
 	}
 }
 
