@@ -13,12 +13,13 @@ import (
 //
 //   - Slow head. When the oldest request on a connection has waited longer
 //     than TransportOptions.HeadOfLineTimeout for its response headers, or
-//     its open-ended body has been streaming that long, the safe requests
-//     written behind it (mayDuplicate) are re-sent on other connections
-//     (their late answers are read and discarded), and the connection
-//     takes no new requests until the head's headers arrive (or its body
-//     ends). Requests that are not safe are never pipelined, so none is
-//     ever behind a head: none can run after a later request.
+//     its body has been arriving that long (a stream, or a body read ahead
+//     whole that trickles), the safe requests written behind it
+//     (mayDuplicate) are re-sent on other connections (their late answers
+//     are read and discarded), and the connection takes no new requests
+//     until the head's headers arrive (or its body ends). Requests that
+//     are not safe are never pipelined, so none is ever behind a head: none
+//     can run after a later request.
 //   - Depth fallback. A host whose connections fail with pipelined requests
 //     outstanding (malformed responses, closes or resets mid-pipeline)
 //     pipelineFallbackAfter times within pipelineFailureWindow gets an
@@ -67,8 +68,9 @@ func (c *pconn) holStart(a *attempt) {
 	c.holArm(a, false)
 }
 
-// holStartStream starts the timer for a's open-ended body, whose headers
-// have arrived.
+// holStartStream starts the timer for a's body, whose headers have
+// arrived: an open-ended one (a stream), or one read ahead whole that is
+// still arriving.
 func (c *pconn) holStartStream(a *attempt) {
 	c.holArm(a, true)
 }
@@ -157,8 +159,10 @@ func (c *pconn) holFire(a *attempt) {
 		return
 	}
 	// Under g.mu (lock order: holGuard.mu, then hostPool.mu), so that a
-	// concurrent holStop cannot clear it first.
-	if !stream {
+	// concurrent holStop cannot clear it first. A stream takes nothing new
+	// already (a.streamed, set before its timer was armed); a body read
+	// ahead whole did not, until now.
+	if !stream || !a.streamed {
 		g.slow = true
 		c.ev.setSlow(c, true)
 	}

@@ -838,6 +838,7 @@ type bodyStream struct {
 	// chunkedOrUntilClose: the body's length is not known in advance.
 	chunkedOrUntilClose bool
 	waiting             bool        // startWaiting ran
+	timed               bool        // startTimer ran
 	stopCtx             func() bool // stops the context watch
 }
 
@@ -846,8 +847,10 @@ func (s *bodyStream) pump(src io.Reader, lr *io.LimitedReader, cr *chunkedReader
 	c := s.c
 	if s.open {
 		c.nr.onRead = s.startWaiting
-		defer func() { c.nr.onRead = nil }()
+	} else {
+		c.nr.onRead = s.startTimer
 	}
+	defer func() { c.nr.onRead = nil }()
 	for {
 		sp := s.b.space()
 		if sp == nil {
@@ -896,11 +899,21 @@ func (s *bodyStream) startWaiting() {
 	}
 }
 
+// startTimer runs before the first read from the network of a body that
+// is read ahead whole: it comes from the network, so it may trickle.
+// Requests may be placed behind it meanwhile; if it is still arriving
+// after HeadOfLineTimeout, as with a stream, the connection takes nothing
+// new and the safe requests behind it move (holFire).
+func (s *bodyStream) startTimer() {
+	s.timed = true
+	s.c.holStartStream(s.a)
+}
+
 func (s *bodyStream) stop() {
 	if s.stopCtx != nil {
 		s.stopCtx()
 	}
-	if s.waiting {
+	if s.waiting || s.timed {
 		s.c.holStop()
 	}
 }

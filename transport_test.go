@@ -665,6 +665,104 @@ func TestBufferedBodySizes(t *testing.T) {
 	}
 }
 
+// TestResendBehindTricklingBody: a body read ahead whole (its length is
+// known and small enough) that stops arriving holds up the requests behind
+// it as a stream would; after HeadOfLineTimeout the safe ones move to the
+// other connection and complete while it is still stalled.
+func TestResendBehindTricklingBody(t *testing.T) {
+	verifyNoLeaks(t)
+	release := make(chan struct{})
+	behind := make(chan struct{}, 64)
+	const size = 100 << 10 // read ahead whole, not a stream
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		paths := make(chan string, 64)
+		go func() {
+			defer close(paths)
+			slow := false
+			for {
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				if slow {
+					behind <- struct{}{} // pipelined behind the stalled body
+				}
+				slow = slow || req.URL.Path == "/slow"
+				paths <- req.URL.Path
+			}
+		}()
+		for path := range paths {
+			if path != "/slow" {
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(path), path)
+				continue
+			}
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", size, strings.Repeat("s", size/10))
+			<-release
+			io.WriteString(c, strings.Repeat("s", size-size/10))
+		}
+	})
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 2, PipelineDepth: 4, HeadOfLineTimeout: 300 * time.Millisecond})
+	r1, err := get(t, tr, srv.url("/slow"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r1.Body.Close()
+	// Send bursts of requests until one is pipelined behind the stalled
+	// body (the other connection takes most of them), before its timer
+	// fires and the connection takes nothing new.
+	var wg sync.WaitGroup
+	errs := make(chan string, 64)
+	placed := false
+	for i := 0; i < 5 && !placed; i++ {
+		for j := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				path := fmt.Sprintf("/%d-%d", i, j)
+				resp, err := get(t, tr, srv.url(path))
+				if err != nil {
+					errs <- err.Error()
+					return
+				}
+				if got := readBody(t, resp); got != path {
+					errs <- fmt.Sprintf("GET %s: body %q", path, got)
+				}
+			}()
+		}
+		select {
+		case <-behind:
+			placed = true
+		case <-time.After(30 * time.Millisecond):
+		}
+	}
+	if !placed {
+		t.Fatal("no request was pipelined behind the stalled body")
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Error("requests behind a stalled body did not move to the other connection")
+	}
+	close(release)
+	<-done
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	if got := readBody(t, r1); len(got) != size {
+		t.Errorf("stalled body: %d bytes, want %d", len(got), size)
+	}
+}
+
 // TestResendBehindLargeBody: idempotent requests written behind a response
 // that turns out to be large are re-sent on another connection, and the
 // late answers are discarded.
