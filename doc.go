@@ -44,8 +44,8 @@
 // buffer of at most 64 KiB; the connection then takes no new requests until
 // that body has been read or closed, and if it is still streaming after
 // HeadOfLineTimeout, idempotent requests already written behind it are
-// re-sent on another connection (as they are behind a body read ahead
-// whole that is still arriving then). The memory the transport reads ahead of its
+// re-sent on another connection (as they are behind a body read ahead whole
+// that is still arriving then). The memory the transport reads ahead of its
 // callers is therefore bounded by MaxConnsPerHost × PipelineDepth × 256 KiB
 // per host. A buffered body handed to a caller is the caller's: it holds its
 // (at most 256 KiB) buffer until it is read, closed or garbage collected,
