@@ -700,15 +700,15 @@ func TestResendBehindTricklingBody(t *testing.T) {
 			close(release)
 		}
 	}()
-	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 2, PipelineDepth: 4, HeadOfLineTimeout: 300 * time.Millisecond})
+	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 2, PipelineDepth: 4, HeadOfLineTimeout: time.Second})
 	r1, err := get(t, tr, srv.url("/slow"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r1.Body.Close()
 	// Send bursts of requests until one is pipelined behind the stalled
-	// body (the other connection takes most of them), before its timer
-	// fires and the connection takes nothing new.
+	// body (the other connection takes most of them), well before its
+	// timer fires (1 s) and the connection takes nothing new.
 	var wg sync.WaitGroup
 	errs := make(chan string, 64)
 	placed := false
