@@ -649,8 +649,13 @@ func TestBufferedBodySizes(t *testing.T) {
 				t.Errorf("big body: %d bytes, want %d", len(got), tt.size)
 			}
 			if !tt.buffered {
-				if got := <-small; got != "small" {
-					t.Errorf("next body after the stream = %q, want %q", got, "small")
+				select {
+				case got := <-small:
+					if got != "small" {
+						t.Errorf("next body after the stream = %q, want %q", got, "small")
+					}
+				case <-time.After(testTimeout):
+					t.Errorf("the next request did not complete once the stream was read")
 				}
 			}
 		})
