@@ -2,6 +2,7 @@ package pipelined
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -78,6 +79,40 @@ func BenchmarkClientGetDirect(b *testing.B) {
 	tr := NewTransport(TransportOptions{MaxConnsPerHost: 5, PipelineDepth: 10})
 	defer tr.Close()
 	benchGetsN(b, &http.Client{Transport: tr}, 5)
+}
+
+// BenchmarkClientGetDirectContext is BenchmarkClientGetDirect with
+// requests that can be cancelled: all with one context (shared, as a
+// service's workers often run under one), or each with its own, cancelled
+// once its body is read (own, as with a Client.Timeout). A direct read
+// watches its request's context (direct.go, startDirect).
+func BenchmarkClientGetDirectContext(b *testing.B) {
+	for _, name := range []string{"shared", "own"} {
+		b.Run(name, func(b *testing.B) {
+			tr := NewTransport(TransportOptions{MaxConnsPerHost: 5, PipelineDepth: 10})
+			defer tr.Close()
+			client := &http.Client{Transport: tr}
+			url := benchServer(b)
+			base, cancelBase := context.WithCancel(context.Background())
+			defer cancelBase()
+			benchCallers(b, 5, func() func() error {
+				return func() error {
+					ctx, cancel := base, context.CancelFunc(func() {})
+					if name == "own" {
+						ctx, cancel = context.WithCancel(base)
+					}
+					defer cancel()
+					req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+					resp, err := client.Do(req)
+					if err != nil {
+						return err
+					}
+					io.Copy(io.Discard, resp.Body)
+					return resp.Body.Close()
+				}
+			})
+		})
+	}
 }
 
 // BenchmarkMinimalClientGet is the floor under BenchmarkClientGetDirect:

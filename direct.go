@@ -50,7 +50,7 @@ import (
 // the lock only as a hint); the fifo appends that decide it happen under
 // the same lock, so a request is never left with nobody to read its
 // answer. The holder of the turn alone reads br, prevEnd, directing's
-// attempt and directStop.
+// attempt and directWatched.
 
 // readTurn says who reads the connection's responses next.
 type readTurn = uint32
@@ -298,16 +298,64 @@ func (c *pconn) readDirect(a *attempt) {
 
 // startDirect starts the direct read of a: from here, a cancellation of
 // a's context interrupts the wait for its answer (cancelDirect).
+//
+// The context is watched with context.AfterFunc, which registers with the
+// context's parent: under a lock the parent shares with every request
+// derived from it, an allocation and a map insertion, and as much to stop
+// it, for each request (a fifth of a direct request's own work when its
+// callers share one context, as a service's workers often do). So a watch
+// may be kept from one direct read to the next: callers that share a
+// context (the same Done channel) twice running on the connection keep
+// its watch until another context comes or the connection ends
+// (endWatch), and it is then only pointed at the attempt being read. A
+// watch of a context that each request has its own of (a Client.Timeout,
+// a server's request) is stopped after its read, as before, so that it
+// never fires for a request that is done.
 func (c *pconn) startDirect(a *attempt) {
 	c.directing.Store(a)
 	ctx := a.r.ctx
-	c.directStop = nil
-	if ctx.Done() != nil {
-		c.deadlineMu.Lock()
-		c.directA = a
-		c.deadlineMu.Unlock()
-		c.directStop = context.AfterFunc(ctx, func() { c.cancelDirect(a) })
+	done := ctx.Done()
+	c.directWatched = done != nil
+	if done == nil {
+		return // a context that can never be cancelled needs no watch
 	}
+	c.deadlineMu.Lock()
+	c.directA, c.directCtxDone = a, done
+	kept := c.watchStop != nil && c.watchDone == done
+	var old func() bool
+	if !kept {
+		old, c.watchStop, c.watchDone = c.watchStop, nil, nil
+	}
+	keep := done == c.lastDone
+	gone := c.watchGone
+	c.deadlineMu.Unlock()
+	if kept {
+		// The watch fires once, when done closes: if it closed before a
+		// was pointed at, the watch is spent.
+		select {
+		case <-done:
+			c.cancelDirect(done)
+		default:
+		}
+		return
+	}
+	if old != nil {
+		old()
+	}
+	if gone {
+		return // closed: the read ends without a watch
+	}
+	// Registered outside deadlineMu: AfterFunc calls the context's
+	// methods, which may be the user's.
+	stop := context.AfterFunc(ctx, func() { c.cancelDirect(done) })
+	c.deadlineMu.Lock()
+	if c.watchGone {
+		c.deadlineMu.Unlock()
+		stop()
+		return
+	}
+	c.watchDone, c.watchStop, c.watchKeep = done, stop, keep
+	c.deadlineMu.Unlock()
 }
 
 // mayHold reports whether a's request, claimed for a direct read, may be
@@ -457,10 +505,11 @@ func (c *pconn) directDone(a *attempt) {
 	c.handBack(rdFree)
 }
 
-// cancelDirect interrupts the direct read of a: a's context was cancelled.
-func (c *pconn) cancelDirect(a *attempt) {
+// cancelDirect interrupts the direct read whose context's Done channel is
+// done: that context was cancelled. It runs in the watch's goroutine.
+func (c *pconn) cancelDirect(done <-chan struct{}) {
 	c.deadlineMu.Lock()
-	if c.directA == a {
+	if c.directA != nil && c.directCtxDone == done {
 		c.directCancelled = true
 		c.conn.SetReadDeadline(aLongTimeAgo)
 	}
@@ -473,17 +522,21 @@ func (c *pconn) directWasCancelled() bool {
 	return c.directCancelled
 }
 
-// endDirectWatch stops the context watch of a direct read and undoes what
-// a cancellation did to the read deadline, before the turn passes on.
+// endDirectWatch ends the context watch of a direct read (stopping it
+// unless it is kept, startDirect) and undoes what a cancellation did to
+// the read deadline, before the turn passes on.
 func (c *pconn) endDirectWatch() {
-	stop := c.directStop
-	if stop == nil {
+	if !c.directWatched {
 		return
 	}
-	c.directStop = nil
-	stop()
+	c.directWatched = false
+	var stop func() bool
 	c.deadlineMu.Lock()
-	c.directA = nil
+	c.directA, c.directCtxDone = nil, nil
+	if !c.watchKeep && c.watchStop != nil {
+		stop, c.lastDone = c.watchStop, c.watchDone
+		c.watchStop, c.watchDone = nil, nil
+	}
 	if c.directCancelled {
 		c.directCancelled = false
 		var d time.Time // the header deadline of the new head, if armed
@@ -493,4 +546,21 @@ func (c *pconn) endDirectWatch() {
 		c.conn.SetReadDeadline(d)
 	}
 	c.deadlineMu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
+
+// endWatch stops a kept watch when the connection ends or leaves the pool
+// (the reader goroutine's end), so that a long-lived context does not hold
+// the connection, and lets no new watch start.
+func (c *pconn) endWatch() {
+	c.deadlineMu.Lock()
+	c.watchGone = true
+	stop := c.watchStop
+	c.watchStop, c.watchDone, c.lastDone = nil, nil, nil
+	c.deadlineMu.Unlock()
+	if stop != nil {
+		stop()
+	}
 }

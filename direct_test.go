@@ -283,6 +283,161 @@ func TestDirectReadCancel(t *testing.T) {
 	}
 }
 
+// opaqueCtx hides its parent from the context package (the key of a
+// cancelCtx is an *int): context.AfterFunc then watches it with a goroutine
+// of its own until the watch is stopped, so a watch never stopped shows as
+// a leaked goroutine.
+type opaqueCtx struct{ context.Context }
+
+func (c opaqueCtx) Value(key any) any {
+	if _, ok := key.(*int); ok {
+		return nil
+	}
+	return c.Context.Value(key)
+}
+
+// TestDirectReadContextWatch: the watch of a direct read's context is kept
+// from one read to the next while callers share a context, and stopped
+// after each read while each request has its own (it would otherwise fire
+// for requests that are done); either way a cancellation ends the read it
+// belongs to, with its cause, and no other. A kept watch ends with the
+// connection. Each row runs with a context the context package knows and
+// with an opaque one, whose watch is a goroutine.
+func TestDirectReadContextWatch(t *testing.T) {
+	tests := []struct {
+		name  string
+		seq   string // the contexts of the requests answered: S shared, T another shared, o one of its own, b Background
+		kept  bool   // the watch is kept after them
+		stall byte   // the context of a stalled request then cancelled (0: none; the connection ends with the test)
+	}{
+		{"shared", "SSS", true, 'S'},
+		{"shared, kept until closed", "SSS", true, 0},
+		{"own contexts", "ooo", false, 'o'},
+		{"shared, then another", "SSST", false, 'S'},
+		{"shared, then its own", "SSo", false, 'S'},
+		{"another shared, kept", "SSTT", true, 'T'},
+		{"background", "bbb", false, 'o'},
+	}
+	for _, tt := range tests {
+		for _, opaque := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/opaque=%v", tt.name, opaque), func(t *testing.T) {
+				// The shared contexts end after the leak check: a
+				// watch kept on one must end with the connection.
+				var cancels []context.CancelCauseFunc
+				t.Cleanup(func() {
+					for _, cancel := range cancels {
+						cancel(nil)
+					}
+				})
+				verifyNoLeaks(t)
+				stalled := make(chan struct{})
+				srv := startRawServer(t, func(n int, c net.Conn) {
+					br := bufio.NewReader(c)
+					for {
+						req, err := http.ReadRequest(br)
+						if err != nil {
+							return
+						}
+						if req.URL.Path == "/stall" {
+							close(stalled)
+							io.Copy(io.Discard, br) // until the client closes
+							return
+						}
+						fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
+					}
+				})
+				tr := newTestTransport(t, TransportOptions{})
+				tr.restWatch = time.Hour
+				shared := map[byte]context.CancelCauseFunc{}
+				ctxs := map[byte]context.Context{}
+				ctxOf := func(k byte) (context.Context, context.CancelCauseFunc) {
+					if k == 'b' {
+						return context.Background(), func(error) {}
+					}
+					if ctx, ok := ctxs[k]; ok && k != 'o' {
+						return ctx, shared[k]
+					}
+					ctx, cancel := context.WithCancelCause(context.Background())
+					var c context.Context = ctx
+					if opaque {
+						c = opaqueCtx{ctx}
+					}
+					if k != 'o' {
+						ctxs[k], shared[k] = c, cancel
+						cancels = append(cancels, cancel)
+					}
+					return c, cancel
+				}
+				for i := range len(tt.seq) {
+					k := tt.seq[i]
+					ctx, cancel := ctxOf(k)
+					var direct atomic.Bool
+					path := fmt.Sprintf("/r%d", i)
+					req, _ := http.NewRequestWithContext(directTrace(ctx, &direct), http.MethodGet, srv.url(path), nil)
+					resp, err := tr.RoundTrip(req)
+					if err != nil {
+						t.Fatalf("GET %s: %v", path, err)
+					}
+					if got := readBody(t, resp); got != path {
+						t.Fatalf("GET %s: body = %q", path, got)
+					}
+					if !direct.Load() {
+						t.Fatalf("GET %s: not read by its caller", path)
+					}
+					if k == 'o' {
+						cancel(nil) // done with it, as a Client.Timeout's
+					}
+				}
+				c := soleConn(tr, srv)
+				if c == nil {
+					t.Fatal("not one connection")
+				}
+				c.deadlineMu.Lock()
+				kept := c.watchStop != nil
+				c.deadlineMu.Unlock()
+				if kept != tt.kept {
+					t.Errorf("after %q: watch kept = %v, want %v", tt.seq, kept, tt.kept)
+				}
+				if tt.stall == 0 {
+					return
+				}
+				ctx, cancel := ctxOf(tt.stall)
+				cause := errors.New("caller gave up")
+				go func() {
+					<-stalled
+					time.Sleep(10 * time.Millisecond) // the caller waits in its read
+					cancel(cause)
+				}()
+				errc := make(chan error, 1)
+				go func() {
+					req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.url("/stall"), nil)
+					_, err := tr.RoundTrip(req)
+					errc <- err
+				}()
+				want := cause
+				if opaque {
+					want = context.Canceled // its cause is out of sight
+				}
+				select {
+				case err := <-errc:
+					if err != want {
+						t.Fatalf("cancelled GET: err = %v, want %v", err, want)
+					}
+				case <-time.After(testTimeout):
+					t.Fatal("cancelled GET: still waiting")
+				}
+				resp, err := get(t, tr, srv.url("/next"))
+				if err != nil {
+					t.Fatalf("GET /next: %v", err)
+				}
+				if got := readBody(t, resp); got != "/next" {
+					t.Errorf("GET /next: body = %q, want /next", got)
+				}
+			})
+		}
+	}
+}
+
 // TestDirectReadNotClaimed: a request whose caller does not read its own
 // answer (it waits for 100 Continue, or its body is written while the
 // answer is read) wakes the reader of a resting connection: it is

@@ -86,17 +86,27 @@ type pconn struct {
 	peek      *peeker // looks at the socket (quiet); the read turn's. Set with canDirect
 
 	// directing is the attempt whose caller reads its own answer, until
-	// the turn passes on; directStop ends the watch of its context. Both
-	// belong to the holder of the read turn (directing is atomic so that
-	// the end of a direct read is taken once, by finishResponse or by
-	// readDirect).
-	directing  atomic.Pointer[attempt]
-	directStop func() bool
+	// the turn passes on; directWatched says that its context is watched
+	// (directA is set). Both belong to the holder of the read turn
+	// (directing is atomic so that the end of a direct read is taken
+	// once, by finishResponse or by readDirect).
+	directing     atomic.Pointer[attempt]
+	directWatched bool
 
 	// Guarded by deadlineMu: the attempt a caller reads directly while its
-	// context may be cancelled, and whether it was.
+	// context may be cancelled, that context's Done channel, and whether
+	// it was cancelled; the watch of a context (direct.go, startDirect):
+	// the Done channel it fires on, how to stop it, whether it is kept
+	// after the direct read, the Done channel of the last one stopped, and
+	// whether the connection is gone (no new watch).
 	directA         *attempt
+	directCtxDone   <-chan struct{}
 	directCancelled bool
+	watchDone       <-chan struct{}
+	watchStop       func() bool
+	watchKeep       bool
+	lastDone        <-chan struct{}
+	watchGone       bool
 	armedUntil      time.Time // the header deadline of armed
 
 	// heldDeadline, owned by the holder of the write token: writeHeld set
@@ -605,6 +615,7 @@ func (c *pconn) disarm(a *attempt) bool {
 func (c *pconn) readLoop() {
 	defer c.t.wg.Done()
 	err := c.readResponses()
+	c.endWatch()
 	if err == errUpgraded {
 		return // detached: its caller owns the connection
 	}
