@@ -695,6 +695,11 @@ func run(o *options, out io.Writer) error {
 			}
 		}
 		printTable(out, sc, rows)
+		// The percentiles are taken: let the latencies go, so that the
+		// cells after this one do not run with its samples in the heap.
+		for i := range rows {
+			rows[i].lat = nil
+		}
 		all = append(all, rows...)
 		if o.jsonFile != "" { // keep what we have if a later cell dies
 			if err := writeJSON(o.jsonFile, all, o); err != nil {
@@ -880,6 +885,7 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 			defer wg.Done()
 			defer running.Add(-1)
 			l := make([]time.Duration, 0, 256)
+			var nb int64 // this caller's bytes, summed here: no shared cache line in the loop
 			first := true
 			defer func() {
 				if first { // stopped before a first response: warm-up is over for it too
@@ -912,9 +918,9 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 					continue
 				}
 				l = append(l, t1.Sub(t0))
-				nbytes[i] += n
+				nb += n
 			}
-			lat[i] = l
+			lat[i], nbytes[i] = l, nb
 		}()
 	}
 
