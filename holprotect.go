@@ -174,15 +174,52 @@ func (c *pconn) holFire(a *attempt) {
 }
 
 // depthLocked returns the host's effective pipeline depth: 1 while it is
-// in fallback after repeated pipeline failures. p.mu must be held.
+// in fallback after repeated pipeline failures, fewer behind a serial
+// server's head (serialDepth), and fewer when its answers are large
+// (bytesDepth). p.mu must be held.
 func (p *hostPool) depthLocked() int {
 	if p.t.depth > 1 && !p.fallbackUntil.IsZero() && time.Now().Before(p.fallbackUntil) {
 		return 1
 	}
-	if p.t.depth > 2 && p.serialLocked() {
-		return serialDepth(p.t.depth, p.dialTook, p.serialGap)
+	d := p.t.depth
+	if d > 2 && p.serialLocked() {
+		d = serialDepth(d, p.dialTook, p.serialGap)
 	}
-	return p.t.depth
+	return bytesDepth(d, p.bodyAvg)
+}
+
+// Pipelining large answers. Every answer in flight on a connection is
+// read ahead into a buffer of its own (up to maxBufferedBody), so a
+// connection K deep holds K bodies at once: 2.5 MiB at 256 KiB and depth
+// 10, and the host's connections together more than the processor's
+// caches, through which the kernel copies each body and the caller then
+// reads it. The depth then costs more than it saves: one request behind
+// the head is enough to keep a connection busy when a body takes longer to
+// send than a round trip. So answers on a connection are held to about
+// pipelineBytes in flight (at least 2 requests): depth 8 at 64 KiB, 2 from
+// 256 KiB. Measured in docs/benchmarks.md ("Depth for large answers").
+const (
+	pipelineBytes = 512 << 10
+	bodyAvgWeight = 1.0 / 8 // of a new body in the host's moving average
+)
+
+// bytesDepth is depth held to pipelineBytes of answers whose bodies
+// average avg bytes (0: none seen yet), and never below 2 unless depth is.
+func bytesDepth(depth int, avg float64) int {
+	if depth <= 2 || avg <= 0 {
+		return depth
+	}
+	return max(2, min(depth, int(pipelineBytes/avg)))
+}
+
+// noteBodyLocked adds a body of declared length n to the host's moving
+// average. p.mu must be held.
+func (p *hostPool) noteBodyLocked(n int64) {
+	if p.bodyAvg == 0 {
+		p.bodyAvg = max(float64(n), 1)
+		return
+	}
+	p.bodyAvg += (float64(n) - p.bodyAvg) * bodyAvgWeight
 }
 
 // Early re-sends for hosts that run requests one at a time. Against such

@@ -761,6 +761,10 @@ func isTimeout(err error) bool {
 // the next response. A body already in the read buffer is handed over
 // whole; any other is handed over as it arrives, the headers first.
 func (c *pconn) readBody(a *attempt, resp *http.Response, f framing, closing, direct bool) error {
+	a.bodyLen = -1
+	if f.kind == bodyLength {
+		a.bodyLen = f.n // before the pool hears of the head (gotHeaders, finishResponse)
+	}
 	if f.kind == bodyNone {
 		resp.Body = http.NoBody
 		c.finishResponse(a, closing, true)

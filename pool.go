@@ -56,7 +56,10 @@ type hostPool struct {
 	serialUntil time.Time
 	serialGap   time.Duration // moving average of the serial gaps seen
 	dialTook    time.Duration // the shortest successful dial: about a round trip
-	hedgeBudget float64       // early re-sends allowed (holprotect.go, holAfterLocked)
+	// bodyAvg is a moving average of the host's response bodies of
+	// declared length, in bytes (holprotect.go, bytesDepth); 0 until one.
+	bodyAvg     float64
+	hedgeBudget float64 // early re-sends allowed (holprotect.go, holAfterLocked)
 	// kaRetired counts the connections retired before the end their
 	// server announced in Keep-Alive (keepalive.go), for Stats.
 	kaRetired int
@@ -325,6 +328,9 @@ func (p *hostPool) gotHeadersLocked(c *pconn, a *attempt, closing bool) {
 	}
 	if a.ka != nil {
 		p.keepAliveLocked(c, *a.ka, a.place)
+	}
+	if a.bodyLen >= 0 {
+		p.noteBodyLocked(a.bodyLen)
 	}
 }
 

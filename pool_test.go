@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/http/httptrace"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -378,5 +379,64 @@ func TestPoolStreamingMarkOwnResponse(t *testing.T) {
 			t.Errorf("first answer done, streamed %v: streaming = %v, want %v", streamed, got, want)
 		}
 		tr.Close()
+	}
+}
+
+func TestBytesDepth(t *testing.T) {
+	const kib = 1 << 10
+	tests := []struct {
+		depth int
+		avg   float64
+		want  int
+	}{
+		{10, 0, 10},         // no body seen yet
+		{10, 128, 10},       // small answers: the configured depth
+		{10, 16 * kib, 10},  // 32 fit in pipelineBytes
+		{10, 64 * kib, 8},   // 8 fit
+		{4, 64 * kib, 4},    // the default depth is below that
+		{10, 256 * kib, 2},  // 2 fit
+		{10, 4096 * kib, 2}, // none fit: at least one behind the head
+		{2, 4096 * kib, 2},
+		{1, 4096 * kib, 1}, // pipelining off stays off
+	}
+	for _, tt := range tests {
+		if got := bytesDepth(tt.depth, tt.avg); got != tt.want {
+			t.Errorf("bytesDepth(%d, %v) = %d, want %d", tt.depth, tt.avg, got, tt.want)
+		}
+	}
+}
+
+// TestLargeAnswersLowerDepth: a host whose answers are large gets a
+// shallower pipeline (bytesDepth), from the declared lengths of its
+// answers, and its configured depth back once they are small again.
+func TestLargeAnswersLowerDepth(t *testing.T) {
+	verifyNoLeaks(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+		w.Header().Set("Content-Length", strconv.Itoa(n))
+		w.Write(make([]byte, n))
+	}))
+	defer srv.Close()
+	tr := newTestTransport(t, TransportOptions{PipelineDepth: 10})
+	key := srv.URL
+	depthAfter := func(n, times int) int {
+		t.Helper()
+		for range times {
+			resp, err := get(t, tr, fmt.Sprintf("%s/?n=%d", srv.URL, n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			readBody(t, resp)
+		}
+		return tr.Stats()[key].PipelineDepth
+	}
+	if got := depthAfter(128, 3); got != 10 {
+		t.Errorf("depth after 128 B answers = %d, want 10", got)
+	}
+	if got := depthAfter(256<<10, 20); got != 2 {
+		t.Errorf("depth after 256 KiB answers = %d, want 2", got)
+	}
+	if got := depthAfter(128, 40); got != 10 {
+		t.Errorf("depth after small answers again = %d, want 10", got)
 	}
 }

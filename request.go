@@ -184,6 +184,9 @@ type attempt struct {
 	// the pool learns from a head counts from it, not from the responses
 	// it has counted served (design.md, "Direct reads").
 	place int
+	// bodyLen is its response's Content-Length, or -1 if the body has no
+	// declared length (or none at all), set by the reader with place.
+	bodyLen int64
 
 	// Guarded by pconn.mu.
 	headersRead bool // final response headers parsed

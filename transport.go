@@ -428,9 +428,11 @@ type HostStats struct {
 	KeepAliveRetired int
 
 	// PipelineDepth is the host's effective pipeline depth: the
-	// Transport's, or 1 while the host is in fallback after its
-	// connections repeatedly failed with pipelined requests outstanding
-	// (see docs/reliability.md).
+	// Transport's; fewer when the host's answers are large (about 512 KiB
+	// of them in flight on a connection, at least 2) or when it runs a
+	// connection's requests one at a time; or 1 while the host is in
+	// fallback after its connections repeatedly failed with pipelined
+	// requests outstanding (see docs/reliability.md).
 	PipelineDepth int
 
 	// Protocol is "HTTP/2.0" once the host negotiated HTTP/2 (its
