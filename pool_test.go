@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -438,5 +439,58 @@ func TestLargeAnswersLowerDepth(t *testing.T) {
 	}
 	if got := depthAfter(128, 40); got != 10 {
 		t.Errorf("depth after small answers again = %d, want 10", got)
+	}
+}
+
+// TestLargeAnswersOnTheWire: once a host's answers are known to be large,
+// a connection never carries more requests than bytesDepth allows, as the
+// server sees them: requests received and not yet answered.
+func TestLargeAnswersOnTheWire(t *testing.T) {
+	verifyNoLeaks(t)
+	const size = 256 << 10
+	var worst atomic.Int64 // most requests received and not yet answered
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		var received, answered atomic.Int64
+		reqs := make(chan struct{}, 64)
+		go func() {
+			defer close(reqs)
+			for {
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				io.Copy(io.Discard, req.Body)
+				// answered counts an answer before its first byte is
+				// written: the client cannot have read it yet.
+				out := received.Add(1) - answered.Load()
+				for w := worst.Load(); out > w && !worst.CompareAndSwap(w, out); w = worst.Load() {
+				}
+				reqs <- struct{}{}
+			}
+		}()
+		body := make([]byte, size)
+		for range reqs {
+			answered.Add(1)
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", size)
+			if _, err := c.Write(body); err != nil {
+				return
+			}
+		}
+	})
+	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 10})
+	mustGet(t, tr, srv.url("/warm")) // the host's answers are large
+	worst.Store(0)
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mustGet(t, tr, srv.url(fmt.Sprintf("/%d", i)))
+		}()
+	}
+	wg.Wait()
+	// pipelineBytes (512 KiB) holds two 256 KiB answers.
+	if got := worst.Load(); got != 2 {
+		t.Errorf("at most %d requests outstanding on the connection, want 2", got)
 	}
 }
