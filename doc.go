@@ -49,7 +49,8 @@
 // callers is therefore bounded by MaxConnsPerHost × PipelineDepth × 256 KiB
 // per host; once a host's answers are known to be large, its depth is held
 // to about 512 KiB of them per connection (at least 2 requests), which keeps
-// the read-ahead near that in practice. A buffered body handed to a caller is the caller's: it holds its
-// (at most 256 KiB) buffer until it is read, closed or garbage collected,
-// where net/http would hold a connection instead.
+// the read-ahead near that in practice. A buffered body handed to a caller
+// is the caller's: it holds its (at most 256 KiB) buffer until it is read,
+// closed or garbage collected, where net/http would hold a connection
+// instead.
 package pipelined
