@@ -421,11 +421,10 @@ func (b bodyReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func writeBody(w *bufio.Writer, req *http.Request, body io.Reader, cl int64, chunked bool) error {
-	body = bodyReader{body}
+func writeBody(w *bufio.Writer, req *http.Request, raw io.Reader, cl int64, chunked bool) error {
 	if chunked {
 		cw := &chunkWriter{w: w}
-		if _, err := io.Copy(cw, body); err != nil {
+		if _, err := io.Copy(cw, bodyReader{raw}); err != nil {
 			return err
 		}
 		w.WriteString("0\r\n")
@@ -437,15 +436,34 @@ func writeBody(w *bufio.Writer, req *http.Request, body io.Reader, cl int64, chu
 		_, err := w.WriteString("\r\n")
 		return err
 	}
-	n, err := io.Copy(w, io.LimitReader(body, cl))
-	if err != nil {
-		return err
-	}
-	if n == cl {
-		// Detect a body longer than declared and count it all, as net/http
-		// does (transferWriter.writeBody).
-		m, _ := io.Copy(io.Discard, body)
-		n += m
+	var n int64
+	if wt, ok := raw.(io.WriterTo); ok {
+		// In-memory bodies (bytes.Reader, strings.Reader, bytes.Buffer,
+		// through io.NopCloser as http.NewRequest makes them) hand over
+		// their own memory: what does not fit in w's buffer goes straight
+		// to the connection, in one write, with no copy.
+		lw := &limitWriter{w: w, left: cl}
+		if _, err := wt.WriteTo(lw); err != nil {
+			if lw.werr == nil || !errors.Is(err, lw.werr) {
+				err = &requestBodyError{err}
+			}
+			return err
+		}
+		n = lw.n
+	} else {
+		// Past w's buffer, w hands the rest to the connection's ReadFrom
+		// (wireCounter), which writes it in large pieces.
+		body := bodyReader{raw}
+		var err error
+		if n, err = io.Copy(w, io.LimitReader(body, cl)); err != nil {
+			return err
+		}
+		if n == cl {
+			// Detect a body longer than declared and count it all, as
+			// net/http does (transferWriter.writeBody).
+			m, _ := io.Copy(io.Discard, body)
+			n += m
+		}
 	}
 	if n != cl {
 		// net/http's wording: its transport reports this as a broken
@@ -461,6 +479,36 @@ func httptraceWroteRequest(err error) httptrace.WroteRequestInfo {
 }
 
 func textprotoHeader(h http.Header) textproto.MIMEHeader { return textproto.MIMEHeader(h) }
+
+// limitWriter takes a body of declared length from its WriteTo: it writes
+// the first left bytes to w and counts, without writing, any beyond them,
+// so that a body longer than declared is reported as net/http reports it.
+// werr is w's last error, to tell it from the body's own.
+type limitWriter struct {
+	w    *bufio.Writer
+	left int64
+	n    int64
+	werr error
+}
+
+func (lw *limitWriter) Write(p []byte) (int, error) {
+	lw.n += int64(len(p))
+	if lw.left <= 0 {
+		return len(p), nil
+	}
+	q := p
+	if int64(len(q)) > lw.left {
+		q = q[:lw.left]
+	}
+	m, err := lw.w.Write(q)
+	lw.left -= int64(m)
+	if err != nil {
+		lw.n -= int64(len(p) - m)
+		lw.werr = err
+		return m, err
+	}
+	return len(p), nil
+}
 
 type chunkWriter struct{ w *bufio.Writer }
 

@@ -2,13 +2,17 @@ package pipelined
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -1007,6 +1011,7 @@ func TestCloseFailsInFlightAndLaterRequests(t *testing.T) {
 type countingConn struct {
 	net.Conn
 	writes atomic.Int32
+	count  *atomic.Int32 // if not nil, counted too (over all connections)
 	gate   chan struct{} // if not nil, the first Write waits for it
 	once   sync.Once
 }
@@ -1016,6 +1021,9 @@ func (c *countingConn) Write(p []byte) (int, error) {
 		c.once.Do(func() { <-c.gate })
 	}
 	c.writes.Add(1)
+	if c.count != nil {
+		c.count.Add(1)
+	}
 	return c.Conn.Write(p)
 }
 
@@ -1257,5 +1265,190 @@ func TestLearnsRequestsPerConnection(t *testing.T) {
 	t.Logf("server received %d requests for %d GETs", reads.Load(), n)
 	if extra > 60 {
 		t.Errorf("server received %d requests for %d GETs: %d resent, want the budget learned (at most 60)", reads.Load(), n, extra)
+	}
+}
+
+// TestRequestBodyWrites: a large request body reaches the connection in
+// few writes, as with net/http, not in pieces of the write buffer's size
+// (4 KiB: 257 writes for 1 MiB), and arrives whole.
+func TestRequestBodyWrites(t *testing.T) {
+	verifyNoLeaks(t)
+	const size = 1<<20 + 1
+	payload := make([]byte, size)
+	for i := range payload {
+		payload[i] = byte(i * 7)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "%d %x %v", len(b), crc32.ChecksumIEEE(b), err)
+	}))
+	defer srv.Close()
+	want := fmt.Sprintf("%d %x <nil>", size, crc32.ChecksumIEEE(payload))
+	file := filepath.Join(t.TempDir(), "body")
+	if err := os.WriteFile(file, payload, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name      string
+		body      func() io.Reader
+		maxWrites int32
+	}{
+		// The head and the body's start fill the write buffer; the rest
+		// is handed over whole from the body's memory.
+		{"in memory", func() io.Reader { return bytes.NewReader(payload) }, 2},
+		// Read and written in pieces of bodyWriteSize.
+		{"stream", func() io.Reader { return onlyReader{bytes.NewReader(payload)} }, 2 + size/bodyWriteSize + 1},
+		// *os.File writes itself in io.Copy's pieces (32 KiB).
+		{"file", func() io.Reader {
+			f, err := os.Open(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}, 2 + size/(32<<10) + 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var writes atomic.Int32
+			tr := newTestTransport(t, TransportOptions{
+				DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+					c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+					if err != nil {
+						return nil, err
+					}
+					return &countingConn{Conn: c, count: &writes}, nil
+				},
+			})
+			req, _ := http.NewRequest(http.MethodPost, srv.URL, tt.body())
+			req.ContentLength = size
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := readBody(t, resp); got != want {
+				t.Errorf("server read %q, want %q", got, want)
+			}
+			if n := writes.Load(); n > tt.maxWrites {
+				t.Errorf("%d writes for a %d-byte body, want at most %d", n, size, tt.maxWrites)
+			}
+		})
+	}
+}
+
+// TestRequestBodyNothingPastLength: of a body longer than its
+// ContentLength, nothing past the length reaches the server (it would be
+// read as the next request), whatever the body's kind. The body is longer
+// than the write buffer, so that what is past the length would be written.
+func TestRequestBodyNothingPastLength(t *testing.T) {
+	verifyNoLeaks(t)
+	body := "abcd" + strings.Repeat("GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n", 300)
+	tests := []struct {
+		name string
+		body func() io.Reader
+		// held: a small replayable body is written in one pass with the
+		// look at the socket (writeHeld), and held until then.
+		held bool
+	}{
+		{"in memory", func() io.Reader { return strings.NewReader(body) }, false},
+		{"in memory held", func() io.Reader { return strings.NewReader(body) }, true},
+		{"stream", func() io.Reader { return onlyReader{strings.NewReader(body)} }, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			extra := make(chan string, 1)
+			srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+				c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				req, err := http.ReadRequest(br)
+				if err == io.EOF {
+					extra <- "" // nothing came: the request failed unflushed
+					return
+				}
+				if err != nil {
+					extra <- "bad request: " + err.Error()
+					return
+				}
+				io.Copy(io.Discard, req.Body)
+				rest, _ := io.ReadAll(br) // until the client closes
+				extra <- string(rest)
+			})
+			tr := newTestTransport(t, TransportOptions{})
+			req, _ := http.NewRequest(http.MethodPost, srv.url("/"), tt.body())
+			req.ContentLength = 4
+			if !tt.held {
+				req.GetBody = nil
+			}
+			_, err := tr.RoundTrip(req)
+			want := fmt.Sprintf("ContentLength=4 with Body length %d", len(body))
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("err = %v, want one with %q", err, want)
+			}
+			if got := <-extra; got != "" {
+				t.Errorf("the server got %d bytes past the body: %.40q...", len(got), got)
+			}
+		})
+	}
+}
+
+// failingBody yields n zero bytes, then err, through Read or WriteTo.
+type failingBody struct {
+	n   int
+	err error
+}
+
+func (f *failingBody) Read(p []byte) (int, error) {
+	if f.n == 0 {
+		return 0, f.err
+	}
+	m := min(len(p), f.n)
+	clear(p[:m])
+	f.n -= m
+	return m, nil
+}
+
+func (f *failingBody) WriteTo(w io.Writer) (int64, error) {
+	n, err := w.Write(make([]byte, f.n))
+	f.n -= n
+	if err != nil {
+		return int64(n), err
+	}
+	return int64(n), f.err
+}
+
+// TestRequestBodyError: a request body that fails midway fails its
+// request with the body's own error, as with net/http, whether it is read
+// or writes itself (WriteTo); its connection, which holds a partial
+// request, is not used again.
+func TestRequestBodyError(t *testing.T) {
+	verifyNoLeaks(t)
+	errBody := errors.New("body failed")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+	}))
+	defer srv.Close()
+	tests := []struct {
+		name string
+		body func() io.Reader
+	}{
+		{"read", func() io.Reader { return onlyReader{&failingBody{n: 100 << 10, err: errBody}} }},
+		{"write to", func() io.Reader { return &failingBody{n: 100 << 10, err: errBody} }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1})
+			// A body error taken for the connection's would wait for an
+			// answer the server, which waits for the body, never sends.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, tt.body())
+			req.ContentLength = 1 << 20
+			if _, err := tr.RoundTrip(req); !errors.Is(err, errBody) {
+				t.Errorf("err = %v, want %v", err, errBody)
+			}
+			resp, err := get(t, tr, srv.URL)
+			if err != nil {
+				t.Fatalf("GET after the failed body: %v", err)
+			}
+			readBody(t, resp)
+		})
 	}
 }
