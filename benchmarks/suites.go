@@ -26,7 +26,7 @@ import (
 
 // Suites, in the order "all" runs them. Each is a list of scenarios; see
 // suiteScenarios and README.md.
-var suiteNames = []string{"default", "concurrency", "bodies", "p1", "p5", "post", "slow", "undici", "hosts", "tls"}
+var suiteNames = []string{"default", "concurrency", "bodies", "p1", "p5", "post", "upload", "slow", "undici", "hosts", "tls"}
 
 // defaultSuites run when neither a scenario (C/K/P/DELAY) nor a suite is
 // given: about 2.5 minutes on the project's 2-core machine.
@@ -91,6 +91,15 @@ func suiteScenarios(name string, o *options) []scenario {
 		out = both(scenario{C: 5, K: 10, P: 5, Body: 128})
 	case "post":
 		out = both(scenario{C: 5, K: 10, P: 50, Body: 128, Method: http.MethodPost, ReqBody: 1 << 10})
+	case "upload":
+		// Request bodies of 16 KiB to 1 MiB (POST, then PUT, which may be
+		// pipelined): how a transport hands a large body to the socket.
+		for _, rb := range []int{16 << 10, 256 << 10, 1 << 20} {
+			for _, p := range []int{5, 50} {
+				out = append(out, scenario{Server: modeConcurrent, C: 5, K: 10, P: p, Body: 128, Method: http.MethodPost, ReqBody: rb})
+			}
+		}
+		out = append(out, scenario{Server: modeConcurrent, C: 5, K: 10, P: 50, Body: 128, Method: http.MethodPut, ReqBody: 1 << 20})
 	case "slow":
 		// 1% of responses take 200 ms, the others 1 ms: the tail, and
 		// requests sent twice (server side). On the serial server (one
