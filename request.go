@@ -480,6 +480,10 @@ func httptraceWroteRequest(err error) httptrace.WroteRequestInfo {
 
 func textprotoHeader(h http.Header) textproto.MIMEHeader { return textproto.MIMEHeader(h) }
 
+// maxBodyWrite is the largest piece of an in-memory request body handed to
+// the connection at once (limitWriter).
+const maxBodyWrite = 256 << 10
+
 // limitWriter takes a body of declared length from its WriteTo: it writes
 // the first left bytes to w and counts, without writing, any beyond them,
 // so that a body longer than declared is reported as net/http reports it.
@@ -500,7 +504,18 @@ func (lw *limitWriter) Write(p []byte) (int, error) {
 	if int64(len(q)) > lw.left {
 		q = q[:lw.left]
 	}
-	m, err := lw.w.Write(q)
+	// In pieces: at 1 MiB, writes of 256 KiB gave 1.13-1.28x net/http's
+	// req/s where one write of the whole body gave 0.97-1.19 (benchmarks
+	// suite upload, alternated), for the same CPU.
+	var m int
+	var err error
+	for len(q) > 0 && err == nil {
+		k := min(len(q), maxBodyWrite)
+		var mk int
+		mk, err = lw.w.Write(q[:k])
+		m += mk
+		q = q[k:]
+	}
 	lw.left -= int64(m)
 	if err != nil {
 		lw.n -= int64(len(p) - m)

@@ -1294,8 +1294,8 @@ func TestRequestBodyWrites(t *testing.T) {
 		maxWrites int32
 	}{
 		// The head and the body's start fill the write buffer; the rest
-		// is handed over whole from the body's memory.
-		{"in memory", func() io.Reader { return bytes.NewReader(payload) }, 2},
+		// is handed over from the body's memory in pieces of maxBodyWrite.
+		{"in memory", func() io.Reader { return bytes.NewReader(payload) }, 2 + size/maxBodyWrite},
 		// Read and written in pieces of bodyWriteSize.
 		{"stream", func() io.Reader { return onlyReader{bytes.NewReader(payload)} }, 2 + size/bodyWriteSize + 1},
 		// *os.File writes itself in io.Copy's pieces (32 KiB).
