@@ -2,6 +2,7 @@ package pipelined
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -769,4 +770,62 @@ func TestRealNginxReload(t *testing.T) {
 		}
 	}
 	compareReal(t, ours, std, func(id string) int { return posts[id] }, true)
+}
+
+// TestRealNodeUploads sends request bodies of 300 KiB and 1 MiB (in memory,
+// written from their own memory, and streamed, read through a buffer) with
+// GETs among them through pipelined to Node's http server, which answers
+// each upload with the length and byte sum it read.
+func TestRealNodeUploads(t *testing.T) {
+	verifyNoLeaks(t)
+	node := requireProgram(t, "nodejs", "node", "nodejs")
+	base := startScript(t, node, "node_server.js", "5000", "0")
+	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 3, PipelineDepth: 4})
+	sizes := []int{300 << 10, 1<<20 + 1}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for i := range 24 {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			defer cancel()
+			id := fmt.Sprintf("u%d", i)
+			var req *http.Request
+			var want string
+			switch size := sizes[i%2]; i % 4 {
+			case 3:
+				req, _ = http.NewRequestWithContext(ctx, http.MethodGet, base+"/get/"+id, nil)
+				want = id
+			default:
+				payload := bytes.Repeat([]byte{byte(i), 7, 255}, size/3+1)[:size]
+				var sum uint32
+				for _, b := range payload {
+					sum += uint32(b)
+				}
+				var body io.Reader = bytes.NewReader(payload)
+				if i%4 == 1 {
+					body = onlyReader{body} // read, not written from memory
+				}
+				method := http.MethodPost
+				if i%4 == 2 {
+					method = http.MethodPut // may be pipelined
+				}
+				req, _ = http.NewRequestWithContext(ctx, method, base+"/upload/"+id, body)
+				req.ContentLength = int64(size)
+				want = fmt.Sprintf("%s %d %d", id, size, sum)
+			}
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Errorf("%s %s: %v", req.Method, id, err)
+				return
+			}
+			if got := readBody(t, resp); got != want {
+				t.Errorf("%s %s: %q, want %q", req.Method, id, got, want)
+			}
+		}()
+	}
+	wg.Wait()
 }

@@ -8,6 +8,7 @@
 //   slow       answer the id after 30 ms
 //   destroy    destroy the socket without answering (mid-request)
 //   cut        flushHeaders() with a Content-Length, then destroy the socket
+//   upload     answer the id, the body's length and its byte sum mod 2^32
 // Every POST id is counted; GET /counts answers the counts as JSON.
 'use strict';
 const http = require('http');
@@ -16,7 +17,11 @@ const maxPerSocket = Number(process.argv[3] || 0);
 const posts = new Map();
 
 const server = http.createServer((req, res) => {
-  req.on('data', () => {});
+  let size = 0, sum = 0;
+  req.on('data', (chunk) => {
+    size += chunk.length;
+    for (const b of chunk) sum = (sum + b) >>> 0;
+  });
   req.on('end', () => {
     if (req.url === '/counts') {
       res.setHeader('Content-Type', 'application/json');
@@ -50,6 +55,10 @@ const server = http.createServer((req, res) => {
         break;
       case 'slow':
         setTimeout(() => { res.setHeader('X-Id', id); res.end(id); }, 30);
+        break;
+      case 'upload':
+        res.setHeader('X-Id', id);
+        res.end(id + ' ' + size + ' ' + sum);
         break;
       case 'destroy':
         req.socket.destroy();
