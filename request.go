@@ -424,7 +424,10 @@ func (b bodyReader) Read(p []byte) (int, error) {
 func writeBody(w *bufio.Writer, req *http.Request, raw io.Reader, cl int64, chunked bool) error {
 	if chunked {
 		cw := &chunkWriter{w: w}
-		if _, err := io.Copy(cw, bodyReader{raw}); err != nil {
+		bufp := getBodyBuf(maxReadAhead) // io.Copy would make one per request
+		_, err := io.CopyBuffer(cw, bodyReader{raw}, *bufp)
+		putBodyBuf(bufp)
+		if err != nil {
 			return err
 		}
 		w.WriteString("0\r\n")
@@ -433,7 +436,7 @@ func writeBody(w *bufio.Writer, req *http.Request, raw io.Reader, cl int64, chun
 				writeField(w, nil, k, v)
 			}
 		}
-		_, err := w.WriteString("\r\n")
+		_, err = w.WriteString("\r\n")
 		return err
 	}
 	var n int64
@@ -441,7 +444,7 @@ func writeBody(w *bufio.Writer, req *http.Request, raw io.Reader, cl int64, chun
 		// In-memory bodies (bytes.Reader, strings.Reader, bytes.Buffer,
 		// through io.NopCloser as http.NewRequest makes them) hand over
 		// their own memory: what does not fit in w's buffer goes straight
-		// to the connection, in one write, with no copy.
+		// to the connection, in pieces of maxBodyWrite, with no copy.
 		lw := &limitWriter{w: w, left: cl}
 		if _, err := wt.WriteTo(lw); err != nil {
 			if lw.werr == nil || !errors.Is(err, lw.werr) {
@@ -523,6 +526,14 @@ func (lw *limitWriter) Write(p []byte) (int, error) {
 		return m, err
 	}
 	return len(p), nil
+}
+
+// ReadFrom spares a body that copies itself with io.Copy (*os.File's
+// WriteTo does) a buffer of its own per request.
+func (lw *limitWriter) ReadFrom(r io.Reader) (int64, error) {
+	bufp := getBodyBuf(maxReadAhead)
+	defer putBodyBuf(bufp)
+	return io.CopyBuffer(writeOnly{lw}, r, *bufp)
 }
 
 type chunkWriter struct{ w *bufio.Writer }
