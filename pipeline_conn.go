@@ -151,19 +151,20 @@ func (w *wireCounter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// bodyWriteSize is the largest piece of a request body written at once
-// (wireCounter.ReadFrom).
-const bodyWriteSize = maxReadAhead
+// bodyCopySize is the size of the pooled buffer a request body is read
+// into when it is not written from its own memory (wireCounter.ReadFrom,
+// limitWriter.ReadFrom, chunked bodies): the largest piece written at once.
+const bodyCopySize = maxReadAhead
 
 // ReadFrom writes a request body to the connection in pieces of up to
-// bodyWriteSize, as net/http's connection writer does (persistConnWriter
+// bodyCopySize, as net/http's connection writer does (persistConnWriter
 // hands the body to the socket's ReadFrom): bw calls it once its own
 // buffer is written out, so that a large body does not reach the socket
 // in pieces of bw's size (WriteBufferSize, 4 KiB by default), a system
 // call each. The body is read outside mu, so that one that blocks (a
 // pipe) holds up nobody who must learn what was written (written).
 func (w *wireCounter) ReadFrom(r io.Reader) (int64, error) {
-	bufp := getBodyBuf(bodyWriteSize)
+	bufp := getBodyBuf(bodyCopySize)
 	defer putBodyBuf(bufp)
 	return io.CopyBuffer(writeOnly{w}, r, *bufp)
 }

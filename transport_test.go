@@ -1296,8 +1296,8 @@ func TestRequestBodyWrites(t *testing.T) {
 		// The head and the body's start fill the write buffer; the rest
 		// is handed over from the body's memory in pieces of maxBodyWrite.
 		{"in memory", func() io.Reader { return bytes.NewReader(payload) }, 2 + size/maxBodyWrite},
-		// Read and written in pieces of bodyWriteSize.
-		{"stream", func() io.Reader { return onlyReader{bytes.NewReader(payload)} }, 2 + size/bodyWriteSize + 1},
+		// Read and written in pieces of bodyCopySize.
+		{"stream", func() io.Reader { return onlyReader{bytes.NewReader(payload)} }, 2 + size/bodyCopySize + 1},
 		// *os.File writes itself with io.Copy, which takes limitWriter's
 		// ReadFrom: its pooled buffer, not one of 32 KiB per request.
 		{"file", func() io.Reader {
@@ -1306,7 +1306,7 @@ func TestRequestBodyWrites(t *testing.T) {
 				t.Fatal(err)
 			}
 			return f
-		}, 2 + size/maxReadAhead + 1},
+		}, 2 + size/bodyCopySize + 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
