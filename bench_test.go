@@ -205,17 +205,7 @@ func BenchmarkClientUpload(b *testing.B) {
 	defer srv.Close()
 	for _, name := range []string{"pipelined", "net/http"} {
 		b.Run(name, func(b *testing.B) {
-			var rt http.RoundTripper
-			if name == "pipelined" {
-				tr := NewTransport(TransportOptions{MaxConnsPerHost: 5})
-				defer tr.Close()
-				rt = tr
-			} else {
-				tr := &http.Transport{MaxConnsPerHost: 5}
-				defer tr.CloseIdleConnections()
-				rt = tr
-			}
-			client := &http.Client{Transport: rt}
+			client := &http.Client{Transport: benchTransport(b, name, 5, 0)}
 			b.SetBytes(int64(len(payload)))
 			benchCallers(b, 5, func() func() error {
 				return func() error {
@@ -230,6 +220,20 @@ func BenchmarkClientUpload(b *testing.B) {
 			})
 		})
 	}
+}
+
+// benchTransport returns the transport named "pipelined" (with depth, if
+// not 0) or "net/http", with conns connections per host, closed when b
+// ends.
+func benchTransport(b *testing.B, name string, conns, depth int) http.RoundTripper {
+	if name == "pipelined" {
+		tr := NewTransport(TransportOptions{MaxConnsPerHost: conns, PipelineDepth: depth})
+		b.Cleanup(func() { tr.Close() })
+		return tr
+	}
+	tr := &http.Transport{MaxConnsPerHost: conns}
+	b.Cleanup(tr.CloseIdleConnections)
+	return tr
 }
 
 // benchGets runs GETs of benchServer through client from 50 goroutines.
@@ -299,16 +303,7 @@ func benchCallers(b *testing.B, callers int, newCaller func() func() error) {
 func BenchmarkInFlightMemory(b *testing.B) {
 	for _, name := range []string{"pipelined", "net/http"} {
 		b.Run(name, func(b *testing.B) {
-			var rt http.RoundTripper
-			if name == "pipelined" {
-				tr := NewTransport(TransportOptions{MaxConnsPerHost: 8, PipelineDepth: 4})
-				defer tr.Close()
-				rt = tr
-			} else {
-				tr := &http.Transport{MaxConnsPerHost: 8}
-				defer tr.CloseIdleConnections()
-				rt = tr
-			}
+			rt := benchTransport(b, name, 8, 4)
 			release := make(chan struct{})
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				<-release

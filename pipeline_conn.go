@@ -164,9 +164,15 @@ const bodyCopySize = maxReadAhead
 // call each. The body is read outside mu, so that one that blocks (a
 // pipe) holds up nobody who must learn what was written (written).
 func (w *wireCounter) ReadFrom(r io.Reader) (int64, error) {
+	return copyPooled(w, r)
+}
+
+// copyPooled copies src to dst through a pooled buffer of bodyCopySize
+// (io.Copy would make one per call), never through dst's ReadFrom.
+func copyPooled(dst io.Writer, src io.Reader) (int64, error) {
 	bufp := getBodyBuf(bodyCopySize)
 	defer putBodyBuf(bufp)
-	return io.CopyBuffer(writeOnly{w}, r, *bufp)
+	return io.CopyBuffer(writeOnly{dst}, src, *bufp)
 }
 
 // writeOnly hides its writer's ReadFrom from io.CopyBuffer.

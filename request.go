@@ -424,9 +424,7 @@ func (b bodyReader) Read(p []byte) (int, error) {
 func writeBody(w *bufio.Writer, req *http.Request, raw io.Reader, cl int64, chunked bool) error {
 	if chunked {
 		cw := &chunkWriter{w: w}
-		bufp := getBodyBuf(bodyCopySize) // io.Copy would make one per request
-		_, err := io.CopyBuffer(cw, bodyReader{raw}, *bufp)
-		putBodyBuf(bufp)
+		_, err := copyPooled(cw, bodyReader{raw})
 		if err != nil {
 			return err
 		}
@@ -531,9 +529,7 @@ func (lw *limitWriter) Write(p []byte) (int, error) {
 // ReadFrom spares a body that copies itself with io.Copy (*os.File's
 // WriteTo does) a buffer of its own per request.
 func (lw *limitWriter) ReadFrom(r io.Reader) (int64, error) {
-	bufp := getBodyBuf(bodyCopySize)
-	defer putBodyBuf(bufp)
-	return io.CopyBuffer(writeOnly{lw}, r, *bufp)
+	return copyPooled(lw, r)
 }
 
 type chunkWriter struct{ w *bufio.Writer }
