@@ -557,6 +557,150 @@ func TestHeadOfLineResend(t *testing.T) {
 	tr.Close()
 }
 
+// TestHedgeHeadOfLine: with HedgeHeadOfLine, a safe head found late is
+// also sent on another connection, and the first answer wins. When the
+// copy's does, the head's connection is closed (nothing else waits on
+// it); when the head's does, the copy's answer is discarded and the
+// connection kept. Without the option, or without budget, no copy is sent.
+func TestHedgeHeadOfLine(t *testing.T) {
+	tests := []struct {
+		name       string
+		hedge      bool
+		warm       int  // requests placed first: each earns 2% of a re-send (x's and the copy's)
+		copyStalls bool // the copy is answered only after the original
+		wantCopy   bool // a copy reaches the server
+		wantClosed bool // the head's connection is closed
+		// pipelined: the head is written behind another request, so that
+		// the connection's reader goroutine reads its answer; otherwise
+		// its caller does (a direct read, direct.go).
+		pipelined bool
+	}{
+		{name: "copy wins", hedge: true, warm: 110, wantCopy: true, wantClosed: true},
+		{name: "copy wins, pipelined head", hedge: true, warm: 110, pipelined: true, wantCopy: true, wantClosed: true},
+		{name: "original wins", hedge: true, warm: 110, copyStalls: true, wantCopy: true},
+		{name: "off", hedge: false, warm: 110},
+		{name: "no budget", hedge: true, warm: 10},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			verifyNoLeaks(t)
+			releaseOrig, releaseCopy, releaseP := make(chan struct{}), make(chan struct{}), make(chan struct{})
+			var slowSeen atomic.Int32
+			s := newFaultServer(t, func(_, _ int, req *http.Request) fault {
+				if strings.HasSuffix(req.URL.Path, "/p") {
+					<-releaseP
+				}
+				if strings.HasSuffix(req.URL.Path, "/slow") {
+					if slowSeen.Add(1) == 1 {
+						<-releaseOrig
+					} else if tt.copyStalls {
+						<-releaseCopy
+					}
+				}
+				return faultNone
+			})
+			var once1, once2, once3 sync.Once
+			unblockOrig := func() { once1.Do(func() { close(releaseOrig) }) }
+			unblockCopy := func() { once2.Do(func() { close(releaseCopy) }) }
+			unblockP := func() { once3.Do(func() { close(releaseP) }) }
+			defer unblockP()
+			defer unblockCopy()
+			defer unblockOrig()
+			var hedges atomic.Int32
+			tr := NewTransport(TransportOptions{
+				MaxConnsPerHost: 3, PipelineConnsPerHost: 1, PipelineDepth: 4,
+				HeadOfLineTimeout: 50 * time.Millisecond, HedgeHeadOfLine: tt.hedge,
+				Observer: &Observer{RequestQueued: func(ev RequestEvent) {
+					if ev.Resend == ResendHedge {
+						hedges.Add(1)
+					}
+				}},
+			})
+			defer tr.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			defer cancel()
+			get := func(path string) (string, error) {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.url(path), nil)
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					return "", err
+				}
+				defer resp.Body.Close()
+				b, err := io.ReadAll(resp.Body)
+				return string(b), err
+			}
+			for i := range tt.warm {
+				if _, err := get(fmt.Sprintf("/get/w%d", i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			type res struct {
+				body string
+				err  error
+			}
+			slow, behind, first := make(chan res, 1), make(chan res, 1), make(chan res, 1)
+			host := "http://" + s.addr
+			if tt.pipelined {
+				go func() { b, err := get("/get/p"); first <- res{b, err} }()
+				waitFor(t, "/get/p at the server", func() bool { return s.reqs.Load() == int64(tt.warm+1) })
+			}
+			go func() { b, err := get("/get/slow"); slow <- res{b, err} }()
+			if tt.pipelined {
+				waitFor(t, "/get/slow behind /get/p", func() bool { return tr.Stats()[host].InFlight == 2 })
+				unblockP()
+				if r := <-first; r.err != nil || r.body != "p" {
+					t.Fatalf("GET /get/p = %q, %v", r.body, r.err)
+				}
+			}
+			waitFor(t, "the head at the server", func() bool { return slowSeen.Load() == 1 })
+			go func() { b, err := get("/get/x"); behind <- res{b, err} }()
+			// x waits behind the stalled head, then moves.
+			if r := <-behind; r.err != nil || r.body != "x" {
+				t.Fatalf("GET /get/x = %q, %v", r.body, r.err)
+			}
+			if tt.wantCopy {
+				waitFor(t, "the copy at the server", func() bool { return slowSeen.Load() == 2 })
+			}
+			if !tt.wantCopy || tt.copyStalls {
+				time.Sleep(20 * time.Millisecond) // no answer may come before the head's
+				select {
+				case r := <-slow:
+					t.Fatalf("GET /get/slow answered before its original: %q, %v", r.body, r.err)
+				default:
+				}
+				unblockOrig()
+			}
+			if r := <-slow; r.err != nil || r.body != "slow" {
+				t.Fatalf("GET /get/slow = %q, %v", r.body, r.err)
+			}
+			unblockCopy()
+			if got, want := slowSeen.Load(), map[bool]int32{false: 1, true: 2}[tt.wantCopy]; got != want {
+				t.Errorf("the server got /get/slow %d times, want %d", got, want)
+			}
+			if got, want := hedges.Load(), map[bool]int32{false: 0, true: 1}[tt.wantCopy]; got != want {
+				t.Errorf("%d attempts with ResendHedge, want %d", got, want)
+			}
+			// The copy, x and the head each had a connection (x and the
+			// copy are never written behind the head, nor x behind the
+			// copy); the head's is closed if the copy won.
+			wantOpen := int(s.conns.Load())
+			if tt.wantClosed {
+				wantOpen--
+			}
+			waitFor(t, fmt.Sprintf("Open == %d", wantOpen), func() bool {
+				st := tr.Stats()[host]
+				return st.Open == wantOpen && st.InFlight == 0
+			})
+			// The pool serves on.
+			for i := range 4 {
+				if b, err := get(fmt.Sprintf("/get/after%d", i)); err != nil || b != fmt.Sprintf("after%d", i) {
+					t.Errorf("GET /get/after%d = %q, %v", i, b, err)
+				}
+			}
+		})
+	}
+}
+
 // TestHeadOfLineDisabled: with a negative HeadOfLineTimeout nothing is
 // re-sent, however long the head stalls.
 func TestHeadOfLineDisabled(t *testing.T) {

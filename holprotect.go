@@ -169,8 +169,62 @@ func (c *pconn) holFire(a *attempt) {
 	g.mu.Unlock()
 	if behind > 0 {
 		c.resendBehind(false)
+	}
+	if !stream && mayDuplicate(a.r) && a.r.copyOf == nil {
+		c.ev.lateHead(c, a)
+	}
+	if behind > 0 {
 		c.dropIfUnwanted() // a head nobody waits for, and nothing left behind it
 	}
+}
+
+// lateHead sends a copy of a, the late head of c, on another connection
+// (TransportOptions.HedgeHeadOfLine) if the host's budget allows it: a
+// copy spends one, as a re-send from behind a late head does.
+func (p *hostPool) lateHead(c *pconn, a *attempt) {
+	if !p.t.opts.HedgeHeadOfLine || !a.r.hedged.CompareAndSwap(false, true) {
+		return
+	}
+	p.mu.Lock()
+	ok := !p.closed && p.hedgeBudget >= 1
+	if ok {
+		p.hedgeBudget--
+		p.t.wg.Add(1) // before Close waits: Close marks p closed first
+	}
+	p.mu.Unlock()
+	if ok {
+		go p.hedge(c, a)
+	}
+}
+
+// hedge sends a copy of orig's request, a safe one, and hands the copy's
+// answer to orig's caller if it comes first. orig's answer is then not
+// wanted, and c, where it was due, is closed unless another request waits
+// on it: that cancels orig on the server (the one way in HTTP/1.1) and
+// frees c's place in the pool. A copy that loses runs to its end; its
+// answer is discarded.
+func (p *hostPool) hedge(c *pconn, orig *attempt) {
+	defer p.t.wg.Done()
+	r := orig.r
+	cp := &request{req: r.req, ctx: r.ctx, method: r.method,
+		replayable: r.replayable, safe: r.safe, pipelineable: r.pipelineable,
+		addGzip: r.addGzip, proxyAuth: r.proxyAuth, absoluteURI: r.absoluteURI,
+		copyOf: orig}
+	if r.obs != nil {
+		cp.obs = &requestObs{start: r.obs.start, host: r.obs.host, addr: r.obs.addr}
+	}
+	resp, err := p.roundTripAttempts(cp)
+	if err != nil {
+		return // orig goes on
+	}
+	if !orig.deliver(result{resp: resp}) {
+		// orig's answer came first, or its caller gave up.
+		resp.Body.Close()
+		return
+	}
+	// A caller reading its own answer (a direct read, direct.go) is
+	// woken by the close and takes the copy's.
+	c.dropIfUnwanted()
 }
 
 // depthLocked returns the host's effective pipeline depth: 1 while it is

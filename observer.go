@@ -171,10 +171,15 @@ const (
 	// body, or closed the connection, and was moved to another
 	// connection.
 	ResendHeadOfLine
+
+	// ResendHedge: a copy of a request whose first send, at the head of
+	// its connection, was late (TransportOptions.HedgeHeadOfLine); the
+	// original still runs, and the first answer wins.
+	ResendHedge
 )
 
 // String returns the cause in snake case, for metric attributes and logs:
-// "none", "not_written", "conn_failed" or "head_of_line".
+// "none", "not_written", "conn_failed", "head_of_line" or "hedge".
 func (c ResendCause) String() string {
 	switch c {
 	case ResendNone:
@@ -185,6 +190,8 @@ func (c ResendCause) String() string {
 		return "conn_failed"
 	case ResendHeadOfLine:
 		return "head_of_line"
+	case ResendHedge:
+		return "hedge"
 	}
 	return "unknown"
 }

@@ -238,6 +238,9 @@ type connEvents interface {
 	// setSlow: the head has waited past the head-of-line timeout (or no
 	// longer does).
 	setSlow(c *pconn, on bool)
+	// lateHead: a, c's head, is late and safe: a copy of it may be sent
+	// elsewhere (TransportOptions.HedgeHeadOfLine).
+	lateHead(c *pconn, a *attempt)
 	// retire: the connection takes no new request.
 	retire(c *pconn)
 	// removed: the connection is closed or detached: it leaves the

@@ -53,6 +53,12 @@ type request struct {
 
 	obs *requestObs // for the Observer (observe.go), only when there is one
 
+	// copyOf is, for a copy of a late head (hostPool.hedge), the attempt
+	// it copies; a copy has no httptrace hooks and is never copied itself.
+	copyOf *attempt
+	// hedged: a copy of this request was sent (hostPool.lateHead).
+	hedged atomic.Bool
+
 	first attempt // the first attempt, allocated with the request
 	// sig (capacity 1), made with the first attempt, wakes the caller: once
 	// when a waiter of one of its attempts is given a connection

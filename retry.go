@@ -136,11 +136,16 @@ func observeQueued(o *Observer, a *attempt) {
 var errTooManyMoves = errors.New("pipelined: request moved between connections too many times")
 
 func (p *hostPool) roundTripAttempts(r *request) (*http.Response, error) {
-	alone := false
+	// A copy of a late head (hostPool.hedge) may be as slow as its
+	// original: it is written alone, so that nothing waits behind it.
+	alone := r.copyOf != nil
 	moves, retries := 0, 0
 	o := p.t.opts.Observer
 	var n int32
 	cause := ResendNone
+	if r.copyOf != nil {
+		n, cause = r.copyOf.n, ResendHedge // numbered after the attempt it copies
+	}
 	for {
 		if err := r.ctx.Err(); err != nil {
 			return nil, context.Cause(r.ctx)
