@@ -607,14 +607,22 @@ func TestHedgeHeadOfLine(t *testing.T) {
 			defer unblockCopy()
 			defer unblockOrig()
 			var hedges atomic.Int32
+			var slowDone atomic.Value // the RequestDone of /get/slow
 			tr := NewTransport(TransportOptions{
 				MaxConnsPerHost: 3, PipelineConnsPerHost: 1, PipelineDepth: 4,
 				HeadOfLineTimeout: 50 * time.Millisecond, HedgeHeadOfLine: tt.hedge,
-				Observer: &Observer{RequestQueued: func(ev RequestEvent) {
-					if ev.Resend == ResendHedge {
-						hedges.Add(1)
-					}
-				}},
+				Observer: &Observer{
+					RequestQueued: func(ev RequestEvent) {
+						if ev.Resend == ResendHedge {
+							hedges.Add(1)
+						}
+					},
+					RequestDone: func(ev RequestEvent) {
+						if strings.HasSuffix(ev.Request.URL.Path, "/slow") {
+							slowDone.Store(ev)
+						}
+					},
+				},
 			})
 			defer tr.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
@@ -679,6 +687,15 @@ func TestHedgeHeadOfLine(t *testing.T) {
 			}
 			if got, want := hedges.Load(), map[bool]int32{false: 0, true: 1}[tt.wantCopy]; got != want {
 				t.Errorf("%d attempts with ResendHedge, want %d", got, want)
+			}
+			// RequestDone reports the attempt whose answer the caller got.
+			wantDone := RequestEvent{Attempt: 1, Resend: ResendNone}
+			if tt.wantClosed {
+				wantDone = RequestEvent{Attempt: 2, Resend: ResendHedge}
+			}
+			if ev, _ := slowDone.Load().(RequestEvent); ev.Attempt != wantDone.Attempt || ev.Resend != wantDone.Resend || ev.Status != 200 {
+				t.Errorf("RequestDone of /get/slow: Attempt %d, Resend %v, Status %d; want %d, %v, 200",
+					ev.Attempt, ev.Resend, ev.Status, wantDone.Attempt, wantDone.Resend)
 			}
 			// The copy, x and the head each had a connection (x and the
 			// copy are never written behind the head, nor x behind the

@@ -217,7 +217,7 @@ func (p *hostPool) hedge(c *pconn, orig *attempt) {
 	if err != nil {
 		return // orig goes on
 	}
-	if !orig.deliver(result{resp: resp}) {
+	if !orig.deliver(result{resp: resp, copied: cp}) {
 		// orig's answer came first, or its caller gave up.
 		resp.Body.Close()
 		return

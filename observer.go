@@ -172,9 +172,12 @@ const (
 	// connection.
 	ResendHeadOfLine
 
-	// ResendHedge: a copy of a request whose first send, at the head of
-	// its connection, was late (TransportOptions.HedgeHeadOfLine); the
-	// original still runs, and the first answer wins.
+	// ResendHedge: a copy of a request whose attempt, at the head of its
+	// connection, was late (TransportOptions.HedgeHeadOfLine), sent while
+	// that attempt still runs; the first answer wins. A copy's attempts
+	// are numbered after the attempt it copies and have no RequestDone of
+	// their own: if the copy's answer wins, the request's RequestDone
+	// reports the copy's last attempt (and adds its QueueTime).
 	ResendHedge
 )
 

@@ -226,6 +226,9 @@ type result struct {
 	resp  *http.Response
 	err   error
 	retry bool // not answered here and safe to send elsewhere, not a failure
+	// copied is the copy of a late head whose answer this is, delivered to
+	// the head's attempt (hostPool.hedge).
+	copied *request
 }
 
 func newAttempt(r *request, alone bool) *attempt {

@@ -184,7 +184,12 @@ func (p *hostPool) roundTripAttempts(r *request) (*http.Response, error) {
 		} else {
 			res = p.await(a)
 			if res.err == nil && !res.retry {
-				decodeGzip(r, res.resp)
+				if cp := res.copied; cp != nil && r.obs != nil {
+					// The copy's answer: RequestDone reports its attempt.
+					r.obs.last = cp.obs.last
+					r.obs.queueTime += cp.obs.queueTime
+				}
+				decodeGzip(r, res.resp) // a copy's is decoded already: a no-op
 				return res.resp, nil
 			}
 			if p.isClosed() {

@@ -66,6 +66,14 @@ func (q *waitQueue) push(w *waiter) {
 	}
 }
 
+// pushFront queues w ahead of every other waiter.
+func (q *waitQueue) pushFront(w *waiter) {
+	q.ws = slices.Insert(q.ws, 0, w)
+	if solo(w.a) {
+		q.solo++
+	}
+}
+
 // removeAt removes the i-th waiter, keeping the order of the others.
 func (q *waitQueue) removeAt(i int) *waiter {
 	w := q.ws[i]
@@ -145,7 +153,13 @@ func (p *hostPool) place(a *attempt) (*pconn, httptrace.GotConnInfo, error) {
 	w := &a.wait
 	w.a = a
 	sig := a.r.sig
-	p.waiters.push(w)
+	if a.r.copyOf != nil {
+		// A copy of a late head: its original has waited longer than
+		// anyone in the queue.
+		p.waiters.pushFront(w)
+	} else {
+		p.waiters.push(w)
+	}
 	p.dispatchLocked()
 	p.mu.Unlock()
 

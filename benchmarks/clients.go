@@ -43,11 +43,16 @@ const (
 	clientNetHTTPH1   = "net/http (h1)"
 	clientPipelinedH2 = "pipelined (h2)"
 	clientPipelinedH1 = "pipelined (h1 pipelined)"
+
+	// The slow suite's opt-in row: a late safe head is also sent on
+	// another connection (TransportOptions.HedgeHeadOfLine).
+	clientPipelinedHedge = "pipelined HedgeHeadOfLine"
 )
 
 var allClients = []string{
 	clientNetHTTP, clientPipelined, clientFastHost, clientFastPipeline, clientNetHTTPNoKA, clientPipelinedNoKA,
 	clientNetHTTPDefaults, clientPipelinedDefaults, clientNetHTTPH2, clientNetHTTPH1, clientPipelinedH2, clientPipelinedH1,
+	clientPipelinedHedge,
 }
 
 func isNoKeepAlive(name string) bool {
@@ -160,7 +165,7 @@ func newClient(name string, cfg clientConfig) (benchClient, error) {
 			close:     tr.CloseIdleConnections,
 			poolStats: func() (poolStats, bool) { return poolStats{}, false },
 		}, nil
-	case clientPipelined, clientPipelinedNoKA, clientPipelinedDefaults, clientPipelinedH1, clientPipelinedH2:
+	case clientPipelined, clientPipelinedNoKA, clientPipelinedDefaults, clientPipelinedH1, clientPipelinedH2, clientPipelinedHedge:
 		return newPipelinedClient(name, cfg)
 	case clientFastHost, clientFastPipeline:
 		if cfg.URL != "" {

@@ -34,6 +34,7 @@ func newPipelinedClient(name string, cfg clientConfig) (benchClient, error) {
 			PipelineConnsPerHost: cfg.C,
 			PipelineDepth:        cfg.K,
 			DisableKeepAlives:    name == clientPipelinedNoKA,
+			HedgeHeadOfLine:      name == clientPipelinedHedge,
 		}
 		var p http.Protocols
 		p.SetHTTP1(true)

@@ -112,7 +112,7 @@ func suiteScenarios(name string, o *options) []scenario {
 		}{{modeSerial, 50}, {modeConcurrent, 50}, {modeConcurrent, 10}} {
 			out = append(out, scenario{Server: c.mode, C: 5, K: 10, P: c.p, Delay: ms, Body: 128,
 				SlowFrac: 0.01, Slow: 200 * ms, Track: true, duration: 8 * time.Second,
-				Clients: []string{clientNetHTTP, clientPipelined, clientFastHost, clientFastPipeline}})
+				Clients: []string{clientNetHTTP, clientPipelined, clientPipelinedHedge, clientFastHost, clientFastPipeline}})
 		}
 	case "undici":
 		// The shape of undici's README benchmark: 64 KiB after 1 ms, 50
