@@ -301,6 +301,7 @@ func main() {
 	fSoakFaults := flag.String("soak-faults", "", "soak: probability of a fault per request (env SOAK_FAULTS, default 0.01)")
 	fSoakSeed := flag.String("soak-seed", "", "soak: seed of the faults and the mix of methods (env SOAK_SEED, default 1)")
 	fSoakStall := flag.String("soak-stall", "", "soak: how long a stall fault waits (env SOAK_STALL, default 200ms)")
+	fSoakHedge := flag.String("soak-hedge", "", "soak: on sets TransportOptions.HedgeHeadOfLine (env SOAK_HEDGE, default off)")
 	fSoakKinds := flag.String("soak-fault-kinds", "", "soak: comma list of faults to inject: close-quiet, reset-mid-body, conn-close, stall, garbage, short-body, or all (env SOAK_FAULT_KINDS, default all)")
 	flag.Usage = func() {
 		w := flag.CommandLine.Output()
@@ -368,6 +369,15 @@ Flags override environment variables.
 
 	if d := setting(*fSoak, "SOAK"); d != "" {
 		cfg, err := soakFlags(d, *fSoakFaults, *fSoakSeed, *fSoakStall, *fSoakKinds, *fC, *fK, *fP, *fTimeout)
+		if err == nil {
+			switch h := setting(*fSoakHedge, "SOAK_HEDGE"); h {
+			case "", "off":
+			case "on":
+				cfg.Hedge = true
+			default:
+				err = fmt.Errorf("SOAK_HEDGE: %q is not on or off", h)
+			}
+		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "benchmarks:", err)
 			os.Exit(2)

@@ -52,6 +52,7 @@ type soakConfig struct {
 	Stall     time.Duration // how long a stall fault waits (bounded)
 	Timeout   time.Duration // per request, including reading the body
 	Progress  time.Duration // interval of progress lines; 0: none
+	Hedge     bool          // TransportOptions.HedgeHeadOfLine
 }
 
 // defaultSoakConfig is the soak's configuration unless flags change it.
@@ -555,6 +556,7 @@ type soakResult struct {
 	MaxOpen, MaxInFlight            int
 	MaxQueued                       int
 	Samples, FallbackSamples        int // Stats samples, and those with PipelineDepth 1
+	Resends                         [pipelined.ResendHedge + 1]int64 // attempts queued, by pipelined.ResendCause
 }
 
 // Passed reports whether the soak found nothing wrong: no response reached
@@ -587,10 +589,10 @@ func runSoak(cfg soakConfig, out io.Writer) (*soakResult, error) {
 	for _, f := range kinds {
 		names = append(names, soakFaultNames[f])
 	}
-	fmt.Fprintf(out, "soak: %s %s/%s GOMAXPROCS=%d; pipelined.Transport MaxConnsPerHost=%d PipelineDepth=%d, %d callers, %v;\n"+
+	fmt.Fprintf(out, "soak: %s %s/%s GOMAXPROCS=%d; pipelined.Transport MaxConnsPerHost=%d PipelineDepth=%d HedgeHeadOfLine=%t, %d callers, %v;\n"+
 		"      fault server in a child process: fault rate %g per request (seed %d, stall %v), per-request timeout %v;\n"+
 		"      faults: %s\n",
-		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), cfg.Conns, cfg.Depth, cfg.Parallel, cfg.Duration,
+		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), cfg.Conns, cfg.Depth, cfg.Hedge, cfg.Parallel, cfg.Duration,
 		cfg.FaultRate, cfg.Seed, cfg.Stall, cfg.Timeout, strings.Join(names, ", "))
 
 	child, err := startSoakChild(cfg)
@@ -614,7 +616,14 @@ func runSoak(cfg soakConfig, out io.Writer) (*soakResult, error) {
 	r.GoroutinesBefore = runtime.NumGoroutine()
 	before := goroutineIDs()
 
-	t := pipelined.NewTransport(pipelined.TransportOptions{MaxConnsPerHost: cfg.Conns, PipelineDepth: cfg.Depth})
+	var resends [len(r.Resends)]atomic.Int64
+	t := pipelined.NewTransport(pipelined.TransportOptions{MaxConnsPerHost: cfg.Conns, PipelineDepth: cfg.Depth, HedgeHeadOfLine: cfg.Hedge,
+		Observer: &pipelined.Observer{RequestQueued: func(ev pipelined.RequestEvent) {
+			if int(ev.Resend) < len(resends) {
+				resends[ev.Resend].Add(1)
+			}
+		}}})
+
 	var (
 		stop   atomic.Bool
 		nextID atomic.Uint64
@@ -747,6 +756,9 @@ func runSoak(cfg soakConfig, out io.Writer) (*soakResult, error) {
 	t.Close()
 	r.StatsClosed = t.Stats()
 	t = nil
+	for i := range resends {
+		r.Resends[i] = resends[i].Load()
+	}
 
 	// Goroutines after Close, with a bounded wait for exiting ones.
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
@@ -794,6 +806,14 @@ func (r *soakResult) print(out io.Writer, cfg soakConfig) {
 		fmt.Fprintf(out, "                 first: %s\n", c.wrongEx)
 	}
 	fmt.Fprintf(out, "POSTs received twice %d (must be 0; the server read %d distinct POST ids)\n", r.DupPosts, r.Server.Posts)
+	fmt.Fprintf(out, "attempts queued  ")
+	for i, n := range r.Resends {
+		if i > 0 {
+			fmt.Fprint(out, ", ")
+		}
+		fmt.Fprintf(out, "%s %d", pipelined.ResendCause(i), n)
+	}
+	fmt.Fprintln(out)
 
 	fmt.Fprintf(out, "\nerrors by kind (%d of them while reading a body):\n", c.bodyErrs)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)

@@ -21,28 +21,44 @@ import (
 // TestSoakShort runs the soak for about 2 s against the fault server in a
 // child process, with every fault on. It asserts the soak's own pass
 // conditions, not its numbers.
+//
+// The second run hedges late heads (HedgeHeadOfLine): its faults are
+// stalls longer than DefaultHeadOfLineTimeout, so that heads are late, and
+// copies race their originals while other callers' requests come and go.
 func TestSoakShort(t *testing.T) {
-	cfg := defaultSoakConfig()
-	cfg.Duration = 2 * time.Second
-	cfg.Progress = time.Second
-	cfg.FaultRate = 0.02
-	var out strings.Builder
-	r, err := runSoak(cfg, &out)
-	t.Log("\n" + out.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !r.Passed() {
-		t.Errorf("soak failed: wrong caller %d, duplicate POSTs %d, goroutines %d before and %d after, callers stuck %v",
-			r.Counts.wrongCaller, r.DupPosts, r.GoroutinesBefore, r.GoroutinesAfter, r.CallersStuck)
-	}
-	if r.Counts.served() == 0 {
-		t.Error("no request served")
-	}
-	for _, want := range []string{"requests served", "errors by kind", "goroutines before", "heap in use before", "Stats() at the end"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("report lacks %q", want)
-		}
+	for _, hedge := range []bool{false, true} {
+		t.Run(fmt.Sprintf("HedgeHeadOfLine=%t", hedge), func(t *testing.T) {
+			cfg := defaultSoakConfig()
+			cfg.Duration = 2 * time.Second
+			cfg.Progress = time.Second
+			cfg.FaultRate = 0.02
+			if hedge {
+				cfg.Hedge = true
+				cfg.Duration = 3 * time.Second
+				cfg.Faults, cfg.FaultRate, cfg.Stall = "stall", 0.005, 1200*time.Millisecond
+			}
+			var out strings.Builder
+			r, err := runSoak(cfg, &out)
+			t.Log("\n" + out.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !r.Passed() {
+				t.Errorf("soak failed: wrong caller %d, duplicate POSTs %d, goroutines %d before and %d after, callers stuck %v",
+					r.Counts.wrongCaller, r.DupPosts, r.GoroutinesBefore, r.GoroutinesAfter, r.CallersStuck)
+			}
+			if r.Counts.served() == 0 {
+				t.Error("no request served")
+			}
+			if n := r.Resends[pipelined.ResendHedge]; hedge != (n > 0) {
+				t.Errorf("%d copies of late heads sent, want some only with HedgeHeadOfLine", n)
+			}
+			for _, want := range []string{"requests served", "errors by kind", "goroutines before", "heap in use before", "Stats() at the end"} {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("report lacks %q", want)
+				}
+			}
+		})
 	}
 }
 
