@@ -555,7 +555,7 @@ type soakResult struct {
 	StatsClosed                     map[string]pipelined.HostStats
 	MaxOpen, MaxInFlight            int
 	MaxQueued                       int
-	Samples, FallbackSamples        int // Stats samples, and those with PipelineDepth 1
+	Samples, FallbackSamples        int                              // Stats samples, and those with PipelineDepth 1
 	Resends                         [pipelined.ResendHedge + 1]int64 // attempts queued, by pipelined.ResendCause
 }
 
