@@ -205,6 +205,9 @@ func (p *hostPool) lateHead(c *pconn, a *attempt) {
 // answer is discarded.
 func (p *hostPool) hedge(c *pconn, orig *attempt) {
 	defer p.t.wg.Done()
+	if orig.state.Load() != attemptWaiting {
+		return // answered, or given up, since the timer fired
+	}
 	r := orig.r
 	cp := &request{req: r.req, ctx: r.ctx, method: r.method,
 		replayable: r.replayable, safe: r.safe, pipelineable: r.pipelineable,

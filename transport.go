@@ -121,8 +121,10 @@ type TransportOptions struct {
 	// the connection's place under MaxConnsPerHost at once. If the head's
 	// answer wins, the copy runs to its end and its answer is discarded.
 	// Copies share the budget of the re-sends from behind late heads
-	// (about 2% of requests). A copy fires no httptrace hooks; an
-	// Observer sees its attempts with Resend set to ResendHedge. Off by
+	// (about 2% of requests). A copy fires none of the request's
+	// httptrace hooks (a dial it starts carries the request's context
+	// values, as every dial does); an Observer sees its attempts with
+	// Resend set to ResendHedge. Off by
 	// default: a request that is slow by nature (a report, a long poll)
 	// gains nothing from its copy and costs the server a second run, and
 	// hedging is opt-in in gRPC and Envoy too. See docs/reliability.md.
