@@ -111,23 +111,25 @@ type TransportOptions struct {
 	HeadOfLineTimeout time.Duration
 
 	// HedgeHeadOfLine, if true, also sends a copy of a late head itself on
-	// another connection when the head is safe (GET, HEAD, OPTIONS, TRACE
-	// without a body): the head that HeadOfLineTimeout, or the earlier
-	// threshold of a host that runs a connection's requests one at a time,
-	// finds late. The first answer wins. If the copy's does, the head's
-	// answer is not wanted any more, and its connection is closed when
-	// nothing else waits on it: closing is the one way to cancel an
-	// HTTP/1.1 request, as net/http does for a cancelled one, and it frees
-	// the connection's place under MaxConnsPerHost at once. If the head's
-	// answer wins, the copy runs to its end and its answer is discarded.
-	// Copies share the budget of the re-sends from behind late heads
-	// (about 2% of requests). A copy fires none of the request's
-	// httptrace hooks (a dial it starts carries the request's context
-	// values, as every dial does); an Observer sees its attempts with
-	// Resend set to ResendHedge. Off by
-	// default: a request that is slow by nature (a report, a long poll)
-	// gains nothing from its copy and costs the server a second run, and
-	// hedging is opt-in in gRPC and Envoy too. See docs/reliability.md.
+	// another connection, if it is safe (GET, HEAD, OPTIONS, TRACE without
+	// a body). Late is as for HeadOfLineTimeout (a head with a request
+	// pipelined behind it), or earlier against a host that runs a
+	// connection's requests one at a time. The first answer wins. If the
+	// copy's does, the head's connection is closed when nothing else waits
+	// on it: closing is the one way to cancel an HTTP/1.1 request (net/http
+	// closes the connection of a cancelled one too), and it frees the
+	// connection's place under MaxConnsPerHost at once. If the head's
+	// answer wins, the copy runs to its end, or until the request's context
+	// is cancelled, and its answer is discarded. Copies share the budget of
+	// the re-sends from behind late heads (about 2% of requests). A copy
+	// fires none of the request's httptrace hooks (a dial it starts carries
+	// the request's context values, as every dial does); an Observer sees
+	// its attempts with Resend set to ResendHedge.
+	//
+	// It is off by default: a request that is slow by nature (a report, a
+	// long poll) gains nothing from its copy, which costs the server a
+	// second run; gRPC and Envoy hedge only when asked to. See
+	// docs/reliability.md.
 	HedgeHeadOfLine bool
 
 	// MaxResponseHeaderBytes limits the size of a response's header block,
