@@ -829,3 +829,71 @@ func TestRealNodeUploads(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestRealNodeHedge: with HedgeHeadOfLine, a GET that Node holds, with a
+// GET pipelined behind it, is copied to another connection once late; Node
+// answers the copy at once, the caller gets that answer, and the held
+// request's connection is closed by the client (Node sees it go), while
+// the pool serves on.
+func TestRealNodeHedge(t *testing.T) {
+	verifyNoLeaks(t)
+	node := requireProgram(t, "nodejs", "node", "nodejs")
+	base := startScript(t, node, "node_server.js", "5000", "0")
+	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 3, PipelineConnsPerHost: 1, PipelineDepth: 4,
+		HeadOfLineTimeout: 100 * time.Millisecond, HedgeHeadOfLine: true})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	defer func() {
+		// Never leave the request held, whatever happened.
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/release/h1", nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+	}()
+	get := func(path string) (*http.Response, string, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			return nil, "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return resp, string(b), err
+	}
+	// Each request placed earns 2% of a re-send: x's and the copy's.
+	for i := range 110 {
+		if _, _, err := get(fmt.Sprintf("/get/w%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type res struct {
+		copied bool
+		body   string
+		err    error
+	}
+	held, behind := make(chan res, 1), make(chan res, 1)
+	host := "http://" + strings.TrimPrefix(base, "http://")
+	go func() {
+		resp, b, err := get("/stall/h1")
+		held <- res{err == nil && resp.Header.Get("X-Copy") == "1", b, err}
+	}()
+	waitFor(t, "/stall/h1 in flight", func() bool { return tr.Stats()[host].InFlight == 1 })
+	go func() { _, b, err := get("/get/x"); behind <- res{false, b, err} }()
+	if r := <-behind; r.err != nil || r.body != "x" {
+		t.Fatalf("GET /get/x = %q, %v", r.body, r.err)
+	}
+	if r := <-held; r.err != nil || r.body != "h1" || !r.copied {
+		t.Fatalf("GET /stall/h1 = %q, %v, from the copy %t; want h1 from the copy", r.body, r.err, r.copied)
+	}
+	waitFor(t, "the held request's connection closed", func() bool {
+		_, b, err := get("/held/h1")
+		return err == nil && b == "gone"
+	})
+	for i := range 8 {
+		if _, b, err := get(fmt.Sprintf("/get/after%d", i)); err != nil || b != fmt.Sprintf("after%d", i) {
+			t.Errorf("GET /get/after%d = %q, %v", i, b, err)
+		}
+	}
+}

@@ -9,12 +9,18 @@
 //   destroy    destroy the socket without answering (mid-request)
 //   cut        flushHeaders() with a Content-Length, then destroy the socket
 //   upload     answer the id, the body's length and its byte sum mod 2^32
+//   stall      the first request for an id is held (until /release/<id>);
+//              later ones are answered at once, with "X-Copy: 1"
+//   held       "held" if the held request for the id is still open, "gone"
+//              if its connection closed first, "none" if there is none
+//   release    answer the held request for the id, if it is still open
 // Every POST id is counted; GET /counts answers the counts as JSON.
 'use strict';
 const http = require('http');
 const keepAliveMs = Number(process.argv[2] || 5000);
 const maxPerSocket = Number(process.argv[3] || 0);
 const posts = new Map();
+const stalled = new Map(); // id -> {res, gone}
 
 const server = http.createServer((req, res) => {
   let size = 0, sum = 0;
@@ -60,6 +66,32 @@ const server = http.createServer((req, res) => {
         res.setHeader('X-Id', id);
         res.end(id + ' ' + size + ' ' + sum);
         break;
+      case 'stall': {
+        if (!stalled.has(id)) {
+          const h = { res, gone: false };
+          res.on('close', () => { if (!res.writableEnded) h.gone = true; });
+          stalled.set(id, h);
+          break;
+        }
+        res.setHeader('X-Id', id);
+        res.setHeader('X-Copy', '1');
+        res.end(id);
+        break;
+      }
+      case 'held': {
+        const h = stalled.get(id);
+        res.end(!h ? 'none' : h.gone ? 'gone' : 'held');
+        break;
+      }
+      case 'release': {
+        const h = stalled.get(id);
+        if (h && !h.gone && !h.res.writableEnded) {
+          h.res.setHeader('X-Id', id);
+          h.res.end(id);
+        }
+        res.end('ok');
+        break;
+      }
       case 'destroy':
         req.socket.destroy();
         break;
