@@ -494,16 +494,7 @@ func TestHeadOfLineResend(t *testing.T) {
 	defer tr.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	get := func(path string) (string, error) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.url(path), nil)
-		resp, err := tr.RoundTrip(req)
-		if err != nil {
-			return "", err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		return string(b), err
-	}
+	get := func(path string) (string, error) { return getBody(ctx, tr, s.url(path)) }
 	type res struct {
 		path, body string
 		err        error
@@ -627,16 +618,7 @@ func TestHedgeHeadOfLine(t *testing.T) {
 			defer tr.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 			defer cancel()
-			get := func(path string) (string, error) {
-				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.url(path), nil)
-				resp, err := tr.RoundTrip(req)
-				if err != nil {
-					return "", err
-				}
-				defer resp.Body.Close()
-				b, err := io.ReadAll(resp.Body)
-				return string(b), err
-			}
+			get := func(path string) (string, error) { return getBody(ctx, tr, s.url(path)) }
 			for i := range tt.warm {
 				if _, err := get(fmt.Sprintf("/get/w%d", i)); err != nil {
 					t.Fatal(err)

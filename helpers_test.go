@@ -260,6 +260,19 @@ func get(t *testing.T, tr http.RoundTripper, url string) (*http.Response, error)
 	return tr.RoundTrip(req)
 }
 
+// getBody sends a GET for url through rt with ctx and returns the body
+// read in full.
+func getBody(ctx context.Context, rt http.RoundTripper, url string) (string, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
 func readBody(t *testing.T, resp *http.Response) string {
 	t.Helper()
 	b, err := io.ReadAll(resp.Body)
