@@ -23,14 +23,18 @@
 // # Safety
 //
 // Responses are matched to requests strictly in the order the requests were
-// written (RFC 9112 §9.3.2). Only idempotent requests with a replayable body
-// (GET, HEAD, OPTIONS, TRACE, and PUT, DELETE or any request carrying an
-// Idempotency-Key or X-Idempotency-Key header) are written behind requests
-// in flight. Any other request waits for a connection with nothing in flight,
-// and nothing is written behind it until its final response headers arrive.
+// written (RFC 9112 §9.3.2). Only safe requests without a body (GET, HEAD,
+// OPTIONS, TRACE; RFC 9110 §9.2.1) are written behind requests in flight.
+// Any other request waits for a connection with nothing in flight, and
+// nothing is written behind it until its final response headers arrive.
 // A request that was written but not answered when its connection failed is
-// retried on another connection only if it is idempotent and replayable; a
-// non-idempotent request is never sent twice.
+// retried on another connection only if it is idempotent and replayable
+// (PUT, DELETE and requests carrying an Idempotency-Key or
+// X-Idempotency-Key header too, as with net/http); a non-idempotent request
+// is never sent twice. A copy of a request is sent while its original may
+// still run only if the request is safe: the requests pipelined behind a
+// late head are re-sent elsewhere (HeadOfLineTimeout), and with
+// [TransportOptions.HedgeHeadOfLine] the late head itself is copied.
 //
 // Framing is strict (RFC 9112 §6.3): a malformed, ambiguous or unsolicited
 // response closes the connection and is never matched to a later request.
