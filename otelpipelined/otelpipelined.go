@@ -65,7 +65,7 @@ const (
 // The attribute keys of the pipelined-specific attributes.
 const (
 	// ResendCauseKey is the cause of a resend (pipelined.ResendCause's
-	// String: "not_written", "conn_failed", "head_of_line").
+	// String: "not_written", "conn_failed", "head_of_line", "hedge").
 	ResendCauseKey = attribute.Key("pipelined.resend.cause")
 
 	// CloseReasonKey is why a connection closed (pipelined.CloseReason's
