@@ -180,47 +180,50 @@ func (c *pconn) holFire(a *attempt) {
 
 // lateHead sends a copy of a, the late head of c, on another connection
 // (TransportOptions.HedgeHeadOfLine) if the host's budget allows it: a
-// copy spends one, as a re-send from behind a late head does.
+// copy spends one, as a re-send from behind a late head does. An attempt is
+// copied once at most.
 func (p *hostPool) lateHead(c *pconn, a *attempt) {
-	if !p.t.opts.HedgeHeadOfLine || !a.r.hedged.CompareAndSwap(false, true) {
+	if !p.t.opts.HedgeHeadOfLine || a.state.Load() != attemptWaiting {
 		return
 	}
+	r := a.r
+	cp := &request{req: r.req, ctx: r.ctx, method: r.method,
+		replayable: r.replayable, safe: r.safe, pipelineable: r.pipelineable,
+		addGzip: r.addGzip, proxyAuth: r.proxyAuth, absoluteURI: r.absoluteURI,
+		copyOf: a}
+	if r.obs != nil {
+		cp.obs = &requestObs{start: r.obs.start, host: r.obs.host, addr: r.obs.addr}
+	}
 	p.mu.Lock()
-	ok := !p.closed && p.hedgeBudget >= 1
+	ok := !p.closed && p.hedgeBudget >= 1 && !a.hedged
 	if ok {
 		p.hedgeBudget--
+		a.hedged = true
+		if r.obs != nil {
+			r.obs.copy = cp
+		}
 		p.t.wg.Add(1) // before Close waits: Close marks p closed first
 	}
 	p.mu.Unlock()
 	if ok {
-		go p.hedge(c, a)
+		go p.hedge(c, cp)
 	}
 }
 
-// hedge sends a copy of orig's request, a safe one, and hands the copy's
-// answer to orig's caller if it comes first. orig's answer is then not
-// wanted, and c, where it was due, is closed unless another request waits
-// on it: that cancels orig on the server (the one way in HTTP/1.1) and
-// frees c's place in the pool. A copy that loses runs to its end; its
-// answer is discarded.
-func (p *hostPool) hedge(c *pconn, orig *attempt) {
+// hedge sends cp, a copy of a late head's request, a safe one, and hands
+// its answer to the head's caller if it comes first. The head's answer is
+// then not wanted, and c, where it was due, is closed unless another
+// request waits on it: that cancels the head on the server (the one way in
+// HTTP/1.1) and frees c's place in the pool. A copy that loses runs to its
+// end; its answer is discarded.
+func (p *hostPool) hedge(c *pconn, cp *request) {
 	defer p.t.wg.Done()
-	if orig.state.Load() != attemptWaiting {
-		return // answered, or given up, since the timer fired
-	}
-	r := orig.r
-	cp := &request{req: r.req, ctx: r.ctx, method: r.method,
-		replayable: r.replayable, safe: r.safe, pipelineable: r.pipelineable,
-		addGzip: r.addGzip, proxyAuth: r.proxyAuth, absoluteURI: r.absoluteURI,
-		copyOf: orig}
-	if r.obs != nil {
-		cp.obs = &requestObs{start: r.obs.start, host: r.obs.host, addr: r.obs.addr}
-	}
+	orig := cp.copyOf
 	resp, err := p.roundTripAttempts(cp)
 	if err != nil {
 		return // orig goes on
 	}
-	if !orig.deliver(result{resp: resp, copied: cp}) {
+	if !orig.deliver(result{resp: resp, copied: true}) {
 		// orig's answer came first, or its caller gave up.
 		resp.Body.Close()
 		return

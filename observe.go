@@ -19,6 +19,10 @@ type requestObs struct {
 	host, addr string
 	queueTime  time.Duration
 	last       *attempt // the latest attempt
+	// copy is the request's copy, if one was sent (hostPool.lateHead,
+	// before the copy starts): RequestDone reports its attempt if its
+	// answer won.
+	copy *request
 }
 
 // monoTime is a monotonic instant in nanoseconds since the process's

@@ -47,17 +47,15 @@ type request struct {
 	// HTTP/1.1 request, a body, and "Expect: 100-continue".
 	expectContinue bool
 	addGzip        bool // the transport asks for gzip and decodes it
-	proxyAuth      string
 	absoluteURI    bool // absolute-form request target (HTTP proxy)
 	bodyUsed       bool // req.Body was handed to a write
+	proxyAuth      string
 
 	obs *requestObs // for the Observer (observe.go), only when there is one
 
 	// copyOf is, for a copy of a late head (hostPool.hedge), the attempt
 	// it copies; a copy has no httptrace hooks and is never copied itself.
 	copyOf *attempt
-	// hedged: a copy of this request was sent (hostPool.lateHead).
-	hedged atomic.Bool
 
 	first attempt // the first attempt, allocated with the request
 	// sig (capacity 1), made with the first attempt, wakes the caller: once
@@ -143,11 +141,8 @@ func mayDuplicate(r *request) bool { return r.safe }
 
 // attempt is one sending of a request on one connection.
 type attempt struct {
-	r     *request
-	c     *pconn
-	alone bool // a retry: written alone on its connection (RFC 9112 §9.3.2)
-
-	askedConn bool // GetConn fired (once per attempt, whatever the pool)
+	r *request
+	c *pconn
 
 	// holAfter is how long a may wait at the head of its connection before
 	// the safe requests behind it are re-sent elsewhere, set by the pool
@@ -159,7 +154,12 @@ type attempt struct {
 	inflightAtAssign int32       // set under hostPool.mu by assignLocked
 	cause            ResendCause // why this attempt is sent
 	activated        bool        // the assignment made the connection active
-	queuedAt         monoTime
+
+	alone     bool // a retry: written alone on its connection (RFC 9112 §9.3.2)
+	askedConn bool // GetConn fired (once per attempt, whatever the pool)
+	hedged    bool // a copy of it was sent (hostPool.lateHead); under hostPool.mu
+
+	queuedAt monoTime
 
 	out   result       // the outcome, written by deliver before it signals r.sig
 	state atomic.Int32 // attemptWaiting → attemptDelivered | attemptAbandoned
@@ -226,9 +226,10 @@ type result struct {
 	resp  *http.Response
 	err   error
 	retry bool // not answered here and safe to send elsewhere, not a failure
-	// copied is the copy of a late head whose answer this is, delivered to
-	// the head's attempt (hostPool.hedge).
-	copied *request
+	// copied: the answer is that of a copy of the request (r.obs.copy
+	// with an Observer), delivered to the late head's attempt
+	// (hostPool.hedge).
+	copied bool
 }
 
 func newAttempt(r *request, alone bool) *attempt {

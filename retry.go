@@ -184,8 +184,9 @@ func (p *hostPool) roundTripAttempts(r *request) (*http.Response, error) {
 		} else {
 			res = p.await(a)
 			if res.err == nil && !res.retry {
-				if cp := res.copied; cp != nil && r.obs != nil {
+				if res.copied && r.obs != nil {
 					// The copy's answer: RequestDone reports its attempt.
+					cp := r.obs.copy
 					r.obs.last = cp.obs.last
 					r.obs.queueTime += cp.obs.queueTime
 				}
