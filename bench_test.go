@@ -367,3 +367,47 @@ func BenchmarkClientAPIFloor(b *testing.B) {
 		resp.Body.Close()
 	}
 }
+
+// BenchmarkClientGetH2 measures GETs over HTTP/2 (TLS, ALPN h2) through
+// http.Client with 50 parallel callers, pipelined against net/http's own
+// HTTP/2: the cost of the hand-off to the standard library's
+// http.ClientConn (h2.go).
+func BenchmarkClientGetH2(b *testing.B) {
+	body := make([]byte, 128)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write(body)
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	b.Cleanup(srv.Close)
+	tlsConf := srv.Client().Transport.(*http.Transport).TLSClientConfig
+	for _, name := range []string{"pipelined", "net/http"} {
+		b.Run(name, func(b *testing.B) {
+			var rt http.RoundTripper
+			if name == "pipelined" {
+				tr := NewTransport(TransportOptions{MaxConnsPerHost: 5, TLSClientConfig: tlsConf})
+				b.Cleanup(func() { tr.Close() })
+				rt = tr
+			} else {
+				tr := &http.Transport{MaxConnsPerHost: 5, TLSClientConfig: tlsConf, ForceAttemptHTTP2: true}
+				b.Cleanup(tr.CloseIdleConnections)
+				rt = tr
+			}
+			client := &http.Client{Transport: rt}
+			benchCallers(b, 50, func() func() error {
+				return func() error {
+					req, _ := http.NewRequest("GET", srv.URL, nil)
+					resp, err := client.Do(req)
+					if err != nil {
+						return err
+					}
+					io.Copy(io.Discard, resp.Body)
+					if resp.ProtoMajor != 2 {
+						return fmt.Errorf("%s: got %s, want HTTP/2", name, resp.Proto)
+					}
+					return resp.Body.Close()
+				}
+			})
+		})
+	}
+}
