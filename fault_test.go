@@ -261,33 +261,61 @@ func runFaultLoad(t *testing.T, tr *Transport, s *faultServer, n, conc int, post
 }
 
 // TestFaultPropertiesRandom runs thousands of mixed requests against a
-// server that injects every fault at random (fixed seed), and checks the
-// fault model's properties: no response goes to the wrong caller, no POST
-// is sent twice, failures are clear errors, nothing leaks after Close.
+// server that injects faults at random (fixed seed), and checks the fault
+// model's properties: no response goes to the wrong caller, no POST is
+// sent twice, failures are clear errors, nothing leaks after Close. The
+// second row hedges late heads (HedgeHeadOfLine, with a head-of-line
+// timeout below the stall), with faults that do not make the host fall
+// back to depth 1, so that copies race their originals amid closes.
 func TestFaultPropertiesRandom(t *testing.T) {
-	verifyNoLeaks(t)
 	// faultExtra is left out: an unsolicited response that arrives while
 	// requests are in flight is indistinguishable from the next request's
 	// answer (HTTP/1.1 carries no request ids); it is only detectable on
 	// an idle connection, which TestHostileFraming covers.
-	s := newFaultServer(t, randomFaults(1, 0.08,
-		faultCloseQuiet, faultReset, faultConnClose, faultStall, faultGarbage, faultLongBody, faultShortBody))
-	tr := NewTransport(TransportOptions{MaxConnsPerHost: 4, PipelineDepth: 4})
-	n := 3000
-	if testing.Short() {
-		n = 600
+	tests := []struct {
+		name   string
+		rate   float64
+		faults []fault
+		hedge  bool
+	}{
+		{"every fault", 0.08, []fault{faultCloseQuiet, faultReset, faultConnClose, faultStall, faultGarbage, faultLongBody, faultShortBody}, false},
+		{"stalls and closes, hedged", 0.04, []fault{faultStall, faultConnClose}, true},
 	}
-	gErr, pErr := runFaultLoad(t, tr, s, n, 32, 10)
-	tr.Close()
-	s.mu.Lock()
-	faults := s.faults
-	s.mu.Unlock()
-	t.Logf("%d requests, %d connections, faults %v; failed GETs %d, failed POSTs %d",
-		s.reqs.Load(), s.conns.Load(), faults, gErr, pErr)
-	// Each fault can cost at most a few idempotent requests their retry
-	// budget; most GETs must succeed.
-	if gets := n - n/10; gErr > gets/5 {
-		t.Errorf("%d of %d GETs failed, want at most %d", gErr, gets, gets/5)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			verifyNoLeaks(t)
+			s := newFaultServer(t, randomFaults(1, tt.rate, tt.faults...))
+			var hedges atomic.Int32
+			o := TransportOptions{MaxConnsPerHost: 4, PipelineDepth: 4}
+			if tt.hedge {
+				o.HedgeHeadOfLine, o.HeadOfLineTimeout = true, 5*time.Millisecond
+				o.Observer = &Observer{RequestQueued: func(ev RequestEvent) {
+					if ev.Resend == ResendHedge {
+						hedges.Add(1)
+					}
+				}}
+			}
+			tr := NewTransport(o)
+			n := 3000
+			if testing.Short() {
+				n = 600
+			}
+			gErr, pErr := runFaultLoad(t, tr, s, n, 32, 10)
+			tr.Close()
+			s.mu.Lock()
+			faults := s.faults
+			s.mu.Unlock()
+			t.Logf("%d requests, %d connections, faults %v; failed GETs %d, failed POSTs %d; %d copies of late heads",
+				s.reqs.Load(), s.conns.Load(), faults, gErr, pErr, hedges.Load())
+			// Each fault can cost at most a few idempotent requests their
+			// retry budget; most GETs must succeed.
+			if gets := n - n/10; gErr > gets/5 {
+				t.Errorf("%d of %d GETs failed, want at most %d", gErr, gets, gets/5)
+			}
+			if tt.hedge && hedges.Load() == 0 {
+				t.Error("no late head was copied: the row tests nothing")
+			}
+		})
 	}
 }
 
@@ -557,7 +585,7 @@ func TestHedgeHeadOfLine(t *testing.T) {
 	tests := []struct {
 		name       string
 		hedge      bool
-		warm       int  // requests placed first: each earns 2% of a re-send (x's and the copy's)
+		warm       int  // requests placed first: each earns 2% of a copy (and of a re-send)
 		copyStalls bool // the copy is answered only after the original
 		wantCopy   bool // a copy reaches the server
 		wantClosed bool // the head's connection is closed
@@ -566,10 +594,10 @@ func TestHedgeHeadOfLine(t *testing.T) {
 		// its caller does (a direct read, direct.go).
 		pipelined bool
 	}{
-		{name: "copy wins", hedge: true, warm: 110, wantCopy: true, wantClosed: true},
-		{name: "copy wins, pipelined head", hedge: true, warm: 110, pipelined: true, wantCopy: true, wantClosed: true},
-		{name: "original wins", hedge: true, warm: 110, copyStalls: true, wantCopy: true},
-		{name: "off", hedge: false, warm: 110},
+		{name: "copy wins", hedge: true, warm: 60, wantCopy: true, wantClosed: true},
+		{name: "copy wins, pipelined head", hedge: true, warm: 60, pipelined: true, wantCopy: true, wantClosed: true},
+		{name: "original wins", hedge: true, warm: 60, copyStalls: true, wantCopy: true},
+		{name: "off", hedge: false, warm: 60},
 		{name: "no budget", hedge: true, warm: 10},
 	}
 	for _, tt := range tests {

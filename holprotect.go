@@ -179,9 +179,8 @@ func (c *pconn) holFire(a *attempt) {
 }
 
 // lateHead sends a copy of a, the late head of c, on another connection
-// (TransportOptions.HedgeHeadOfLine) if the host's budget allows it: a
-// copy spends one, as a re-send from behind a late head does. An attempt is
-// copied once at most.
+// (TransportOptions.HedgeHeadOfLine) if the host's budget of copies allows
+// it. An attempt is copied once at most.
 func (p *hostPool) lateHead(c *pconn, a *attempt) {
 	if !p.t.opts.HedgeHeadOfLine || a.state.Load() != attemptWaiting {
 		return
@@ -195,9 +194,9 @@ func (p *hostPool) lateHead(c *pconn, a *attempt) {
 		cp.obs = &requestObs{start: r.obs.start, host: r.obs.host, addr: r.obs.addr}
 	}
 	p.mu.Lock()
-	ok := !p.closed && p.hedgeBudget >= 1 && !a.hedged
+	ok := !p.closed && p.copyBudget >= 1 && !a.hedged
 	if ok {
-		p.hedgeBudget--
+		p.copyBudget--
 		a.hedged = true
 		if r.obs != nil {
 			r.obs.copy = cp
@@ -292,6 +291,11 @@ func (p *hostPool) noteBodyLocked(n int64) {
 // request placed earns hedgeRate of one, up to hedgeBurst, and each
 // request re-sent from behind a late head spends one. Without budget, the
 // head waits HeadOfLineTimeout.
+//
+// Copies of late heads (TransportOptions.HedgeHeadOfLine) have a budget of
+// their own, earned at the same rate: a late head with several requests
+// behind it spends more than it earns on moving them, and a shared budget
+// left nothing for copies at depths above 2.
 const (
 	serialHOLGaps = 20
 	serialHOLMin  = 10 * time.Millisecond
@@ -304,6 +308,9 @@ const (
 // a serial host while the budget lasts. It charges nothing: setSlow does.
 func (p *hostPool) holAfterLocked() time.Duration {
 	p.hedgeBudget = min(p.hedgeBudget+hedgeRate, hedgeBurst)
+	if p.t.opts.HedgeHeadOfLine {
+		p.copyBudget = min(p.copyBudget+hedgeRate, hedgeBurst)
+	}
 	if p.hedgeBudget < 1 || p.serialGap <= 0 || !p.serialLocked() {
 		return 0
 	}

@@ -60,6 +60,7 @@ type hostPool struct {
 	// declared length, in bytes (holprotect.go, bytesDepth); 0 until one.
 	bodyAvg     float64
 	hedgeBudget float64 // early re-sends allowed (holprotect.go, holAfterLocked)
+	copyBudget  float64 // copies of late heads allowed (holprotect.go, lateHead)
 	// kaRetired counts the connections retired before the end their
 	// server announced in Keep-Alive (keepalive.go), for Stats.
 	kaRetired int

@@ -862,8 +862,8 @@ func TestRealNodeHedge(t *testing.T) {
 		b, err := io.ReadAll(resp.Body)
 		return resp, string(b), err
 	}
-	// Each request placed earns 2% of a re-send: x's and the copy's.
-	for i := range 110 {
+	// Each request placed earns 2% of a copy.
+	for i := range 60 {
 		if _, _, err := get(fmt.Sprintf("/get/w%d", i)); err != nil {
 			t.Fatal(err)
 		}

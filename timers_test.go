@@ -319,9 +319,16 @@ func TestSerialDepth(t *testing.T) {
 
 // TestHedgeBudget: early re-sends are allowed only while the budget
 // lasts: one per 1/hedgeRate requests placed, and setSlow spends one per
-// request behind the late head.
+// request behind the late head. With HedgeHeadOfLine, copies earn a budget
+// of their own at the same rate, which the re-sends do not spend.
 func TestHedgeBudget(t *testing.T) {
-	tr := NewTransport(TransportOptions{})
+	for _, hedge := range []bool{false, true} {
+		t.Run(fmt.Sprintf("HedgeHeadOfLine=%t", hedge), func(t *testing.T) { testHedgeBudget(t, hedge) })
+	}
+}
+
+func testHedgeBudget(t *testing.T, hedge bool) {
+	tr := NewTransport(TransportOptions{HedgeHeadOfLine: hedge})
 	defer tr.Close()
 	p := newHostPool(tr, poolKey{scheme: "http", addr: "h:80"})
 	p.mu.Lock()
@@ -340,5 +347,10 @@ func TestHedgeBudget(t *testing.T) {
 	}
 	if d := p.holAfterLocked(); d != 0 && d != serialHOLGaps*time.Millisecond {
 		t.Errorf("holAfter = %v, want 0 or %v", d, serialHOLGaps*time.Millisecond)
+	}
+	// 1001 requests placed: the copies' budget is full (hedgeBurst) with
+	// the option, whatever the re-sends spent, and empty without it.
+	if want := map[bool]float64{false: 0, true: hedgeBurst}[hedge]; p.copyBudget != want {
+		t.Errorf("copy budget %v, want %v", p.copyBudget, want)
 	}
 }

@@ -120,11 +120,11 @@ type TransportOptions struct {
 	// closes the connection of a cancelled one too), and it frees the
 	// connection's place under MaxConnsPerHost at once. If the head's
 	// answer wins, the copy runs to its end, or until the request's context
-	// is cancelled, and its answer is discarded. Copies share the budget of
-	// the re-sends from behind late heads (about 2% of requests). A copy
-	// fires none of the request's httptrace hooks (a dial it starts carries
-	// the request's context values, as every dial does); an Observer sees
-	// its attempts with Resend set to ResendHedge.
+	// is cancelled, and its answer is discarded. Copies are held to a
+	// budget of about 2% of requests, as re-sends from behind late heads
+	// are to theirs. A copy fires none of the request's httptrace hooks (a
+	// dial it starts carries the request's context values, as every dial
+	// does); an Observer sees its attempts with Resend set to ResendHedge.
 	//
 	// It is off by default: a request that is slow by nature (a report, a
 	// long poll) gains nothing from its copy, which costs the server a
