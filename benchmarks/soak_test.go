@@ -25,9 +25,7 @@ import (
 // The second run hedges late heads (HedgeHeadOfLine) for 3 s: its faults
 // are stalls longer than DefaultHeadOfLineTimeout, so that heads are late,
 // and copies race their originals while other callers' requests come and
-// go. Its depth is 2, so that a late head has one request behind it to
-// re-send, and the budget both spend from leaves some for copies (4 to 6
-// per run under -race).
+// go.
 func TestSoakShort(t *testing.T) {
 	for _, hedge := range []bool{false, true} {
 		t.Run(fmt.Sprintf("HedgeHeadOfLine=%t", hedge), func(t *testing.T) {
@@ -39,7 +37,6 @@ func TestSoakShort(t *testing.T) {
 				cfg.Hedge = true
 				cfg.Duration = 3 * time.Second
 				cfg.Faults, cfg.FaultRate, cfg.Stall = "stall", 0.02, 1200*time.Millisecond
-				cfg.Depth = 2
 			}
 			var out strings.Builder
 			r, err := runSoak(cfg, &out)
