@@ -42,3 +42,27 @@ func ExampleObserver() {
 	tr := pipelined.NewTransport(pipelined.TransportOptions{Observer: obs})
 	defer tr.Close()
 }
+
+// HedgeHeadOfLine is for a service that reads mostly safe, quick requests
+// and would rather send a few of them twice than wait behind a slow one.
+// Its cost is counted here: the copies sent, and how many of them won
+// (RequestDone reports the attempt whose answer the caller got).
+func ExampleTransportOptions_hedgeHeadOfLine() {
+	var copies, copiesWon atomic.Int64
+	tr := pipelined.NewTransport(pipelined.TransportOptions{
+		HedgeHeadOfLine: true,
+		Observer: &pipelined.Observer{
+			RequestQueued: func(ev pipelined.RequestEvent) {
+				if ev.Resend == pipelined.ResendHedge {
+					copies.Add(1)
+				}
+			},
+			RequestDone: func(ev pipelined.RequestEvent) {
+				if ev.Resend == pipelined.ResendHedge && ev.Err == nil {
+					copiesWon.Add(1)
+				}
+			},
+		},
+	})
+	defer tr.Close()
+}
