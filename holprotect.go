@@ -185,6 +185,17 @@ func (p *hostPool) lateHead(c *pconn, a *attempt) {
 	if !p.t.opts.HedgeHeadOfLine || a.state.Load() != attemptWaiting {
 		return
 	}
+	p.mu.Lock()
+	ok := !p.closed && p.copyBudget >= 1 && !a.hedged
+	if ok {
+		p.copyBudget--
+		a.hedged = true
+		p.t.wg.Add(1) // before Close waits: Close marks p closed first
+	}
+	p.mu.Unlock()
+	if !ok {
+		return
+	}
 	r := a.r
 	cp := &request{req: r.req, ctx: r.ctx, method: r.method,
 		replayable: r.replayable, safe: r.safe, pipelineable: r.pipelineable,
@@ -192,21 +203,9 @@ func (p *hostPool) lateHead(c *pconn, a *attempt) {
 		copyOf: a}
 	if r.obs != nil {
 		cp.obs = &requestObs{start: r.obs.start, host: r.obs.host, addr: r.obs.addr}
+		r.obs.copy = cp // read by the caller only once the copy's answer is delivered
 	}
-	p.mu.Lock()
-	ok := !p.closed && p.copyBudget >= 1 && !a.hedged
-	if ok {
-		p.copyBudget--
-		a.hedged = true
-		if r.obs != nil {
-			r.obs.copy = cp
-		}
-		p.t.wg.Add(1) // before Close waits: Close marks p closed first
-	}
-	p.mu.Unlock()
-	if ok {
-		go p.hedge(c, cp)
-	}
+	go p.hedge(c, cp)
 }
 
 // hedge sends cp, a copy of a late head's request, a safe one, and hands
