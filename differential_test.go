@@ -177,6 +177,9 @@ type observed struct {
 	TLS              string // version and cipher suite, if TLS
 	Interim          []string
 	Got100           bool
+	// WroteFields are the header fields httptrace's WroteHeaderField
+	// reported, sorted (net/http writes some in another order).
+	WroteFields []string
 }
 
 type diffCase struct {
@@ -324,6 +327,9 @@ func (dc diffCase) roundTrip(t *testing.T, rt http.RoundTripper, base string) ob
 			return nil
 		},
 		Got100Continue: func() { o.Got100 = true },
+		WroteHeaderField: func(k string, v []string) {
+			o.WroteFields = append(o.WroteFields, fmt.Sprintf("%s: %q", k, v))
+		},
 	}
 	ctx = httptrace.WithClientTrace(ctx, trace)
 	req := dc.newRequest(ctx, base)
@@ -334,6 +340,7 @@ func (dc diffCase) roundTrip(t *testing.T, rt http.RoundTripper, base string) ob
 	} else {
 		resp, err = rt.RoundTrip(req)
 	}
+	slices.Sort(o.WroteFields)
 	if err != nil {
 		// net/http adds this prefix or not depending on whether bytes of
 		// the request reached the connection before the error, which

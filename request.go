@@ -375,9 +375,19 @@ func writeRequest(w *bufio.Writer, r *request, body io.ReadCloser, waitForContin
 		case "Host", "User-Agent", "Content-Length", "Transfer-Encoding", "Trailer":
 			continue
 		}
-		for _, v := range vv {
-			writeField(w, trace, k, v)
+		if trace == nil || trace.WroteHeaderField == nil {
+			for _, v := range vv {
+				writeField(w, nil, k, v)
+			}
+			continue
 		}
+		// As net/http's Header.write: one report per field name, with
+		// all its values as written.
+		written := make([]string, len(vv))
+		for i, v := range vv {
+			written[i] = writeField(w, nil, k, v)
+		}
+		trace.WroteHeaderField(k, written)
 	}
 	if r.closeAfter && !httpguts.HeaderValuesContainsToken(req.Header["Connection"], "close") {
 		writeField(w, trace, "Connection", "close")
@@ -561,7 +571,9 @@ func (cw *chunkWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func writeField(w *bufio.Writer, trace *httptrace.ClientTrace, k, v string) {
+// writeField writes the field line k: v to w, v trimmed of surrounding
+// space, and reports it to trace (if not nil). It returns v as written.
+func writeField(w *bufio.Writer, trace *httptrace.ClientTrace, k, v string) string {
 	// Values were validated (no CR or LF); trim as net/http does.
 	v = strings.TrimSpace(v)
 	w.WriteString(k)
@@ -571,6 +583,7 @@ func writeField(w *bufio.Writer, trace *httptrace.ClientTrace, k, v string) {
 	if trace != nil && trace.WroteHeaderField != nil {
 		trace.WroteHeaderField(k, []string{v})
 	}
+	return v
 }
 
 func isCTL(r rune) bool { return r < ' ' || r == 0x7f }
