@@ -403,7 +403,7 @@ func (c *pconn) writeHeld(a *attempt, body io.ReadCloser) error {
 	c.wc.mu.Lock()
 	c.wc.hold = true
 	c.wc.mu.Unlock()
-	werr := writeRequest(c.bw, r, body, nil)
+	werr := writeRequest(c.bw, &c.lw, r, body, nil)
 	quiet := true
 	if werr == nil {
 		// Written but for the flush: the header timer (a read deadline)

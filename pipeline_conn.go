@@ -45,6 +45,7 @@ type pconn struct {
 	nr   netReader // what br reads from
 	bw   *bufio.Writer
 	wc   wireCounter // counts the bytes bw hands to conn
+	lw   limitWriter // writeBody's writer for in-memory bodies, owned with bw
 
 	writeLock      chan struct{} // capacity 1: a token held = bw owned
 	pendingWriters atomic.Int32  // writers waiting for writeLock; the last one flushes
@@ -443,7 +444,7 @@ func (c *pconn) write(a *attempt, body io.ReadCloser) {
 		// read. Nothing else is ever written on this connection.
 		tunnel, body = body, nil
 	}
-	werr := writeRequest(c.bw, r, body, c.waitForContinue(a))
+	werr := writeRequest(c.bw, &c.lw, r, body, c.waitForContinue(a))
 	if t := r.trace; t != nil && t.WroteRequest != nil {
 		// As net/http: once written to the buffer, before the flush, so
 		// that it always precedes GotFirstResponseByte.

@@ -276,8 +276,9 @@ func (a *attempt) abandon() bool {
 // writeRequest writes r's head and body to w in HTTP/1.1 form, as net/http's
 // Request.write does, adding the transport's own headers without modifying
 // r.req. If waitForContinue is not nil, the head is flushed and the body is
-// written only if waitForContinue reports true (expect.go).
-func writeRequest(w *bufio.Writer, r *request, body io.ReadCloser, waitForContinue func() bool) (err error) {
+// written only if waitForContinue reports true (expect.go). lw is the
+// writer's own limitWriter (writeBody), so that none is allocated per body.
+func writeRequest(w *bufio.Writer, lw *limitWriter, r *request, body io.ReadCloser, waitForContinue func() bool) (err error) {
 	req := r.req
 	if body != nil {
 		defer body.Close()
@@ -363,6 +364,11 @@ func writeRequest(w *bufio.Writer, r *request, body io.ReadCloser, waitForContin
 			slices.Sort(keys)
 			writeField(w, trace, "Trailer", strings.Join(keys, ","))
 		}
+	case cl > 0 && (trace == nil || trace.WroteHeaderField == nil):
+		// The length is written in place, with no string made for it.
+		w.WriteString("Content-Length: ")
+		w.Write(strconv.AppendInt(w.AvailableBuffer(), cl, 10))
+		w.WriteString("\r\n")
 	case cl > 0:
 		writeField(w, trace, "Content-Length", strconv.FormatInt(cl, 10))
 	case cl == 0 && (r.method == http.MethodPost || r.method == http.MethodPut || r.method == http.MethodPatch):
@@ -421,7 +427,7 @@ func writeRequest(w *bufio.Writer, r *request, body io.ReadCloser, waitForContin
 			return nil // the deferred Close releases the body
 		}
 	}
-	return writeBody(w, req, bodyR, cl, chunked)
+	return writeBody(w, lw, req, bodyR, cl, chunked)
 }
 
 // requestBodyError wraps an error returned by the caller's request body, to
@@ -441,7 +447,7 @@ func (b bodyReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func writeBody(w *bufio.Writer, req *http.Request, raw io.Reader, cl int64, chunked bool) error {
+func writeBody(w *bufio.Writer, lw *limitWriter, req *http.Request, raw io.Reader, cl int64, chunked bool) error {
 	if chunked {
 		cw := &chunkWriter{w: w}
 		_, err := copyPooled(cw, bodyReader{raw})
@@ -463,14 +469,17 @@ func writeBody(w *bufio.Writer, req *http.Request, raw io.Reader, cl int64, chun
 		// through io.NopCloser as http.NewRequest makes them) hand over
 		// their own memory: what does not fit in w's buffer goes straight
 		// to the connection, in pieces of maxBodyWrite, with no copy.
-		lw := &limitWriter{w: w, left: cl}
-		if _, err := wt.WriteTo(lw); err != nil {
-			if lw.werr == nil || !errors.Is(err, lw.werr) {
+		*lw = limitWriter{w: w, left: cl}
+		_, err := wt.WriteTo(lw)
+		var werr error
+		n, werr = lw.n, lw.werr
+		*lw = limitWriter{}
+		if err != nil {
+			if werr == nil || !errors.Is(err, werr) {
 				err = &requestBodyError{err}
 			}
 			return err
 		}
-		n = lw.n
 	} else {
 		// Past w's buffer, w hands the rest to the connection's ReadFrom
 		// (wireCounter), which writes it in large pieces.
