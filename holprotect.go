@@ -41,6 +41,16 @@ const (
 	pipelineFallbackFor   = 30 * time.Second
 )
 
+// drainWait is how long the rest of a body its caller closed early may
+// take to arrive before the connection is closed instead (pconn.drain):
+// the head-of-line timeout, or its default when that is disabled.
+func (c *pconn) drainWait() time.Duration {
+	if d := c.t.holTimeout(); d > 0 {
+		return d
+	}
+	return DefaultHeadOfLineTimeout
+}
+
 // holTimeout returns the effective head-of-line threshold; <= 0 disables.
 func (t *Transport) holTimeout() time.Duration {
 	d := t.opts.HeadOfLineTimeout

@@ -888,6 +888,53 @@ type bodyStream struct {
 	waiting             bool        // startWaiting ran
 	timed               bool        // startTimer ran
 	stopCtx             func() bool // stops the context watch
+	early               *earlyClose // a known remainder's wait, once it comes from the network
+}
+
+// earlyClose bounds the wait for the rest of a body of known length that
+// must come from the network, once its caller has closed it: net/http
+// closes the connection at once; we read and discard the rest (drain) so
+// that the connection stays, but only if it comes soon. A request already
+// cancelled gives its connection up at once, and the rest may take at most
+// drainWait: a server that stalls mid-body would otherwise hold the
+// connection, and its reader, for ever.
+type earlyClose struct {
+	c    *pconn
+	a    *attempt
+	done atomic.Bool                // the body ended (bodyStream.stop)
+	t    atomic.Pointer[time.Timer] // armed by closed
+}
+
+// closed runs in the caller's Close, before the body's end.
+func (e *earlyClose) closed() {
+	if ctx := e.a.r.ctx; ctx.Err() != nil {
+		e.c.fail(context.Cause(ctx))
+		return
+	}
+	e.t.Store(time.AfterFunc(e.c.drainWait(), func() {
+		if !e.done.Load() {
+			e.c.fail(errDrainTooLong)
+		}
+	}))
+	if e.done.Load() { // ended meanwhile: stop may have missed the timer
+		e.t.Load().Stop()
+	}
+}
+
+// watch installs e as the body's early close; if the caller has closed it
+// already, the read the reader is about to make may never return.
+func (e *earlyClose) watch(b *body) {
+	if !b.setOnClose(e.closed) {
+		e.closed()
+	}
+}
+
+// end runs when the body has ended, read in full or not.
+func (e *earlyClose) end() {
+	e.done.Store(true)
+	if t := e.t.Load(); t != nil {
+		t.Stop()
+	}
 }
 
 // pump copies the body until its end.
@@ -944,7 +991,10 @@ func (s *bodyStream) startWaiting() {
 			// read it is about to make may never return.
 			c.fail(errDrainTooLong)
 		}
+		return
 	}
+	s.early = &earlyClose{c: c, a: a}
+	s.early.watch(s.b)
 }
 
 // startTimer runs before the first read from the network of a body that
@@ -955,11 +1005,16 @@ func (s *bodyStream) startWaiting() {
 func (s *bodyStream) startTimer() {
 	s.timed = true
 	s.c.holStartStream(s.a)
+	s.early = &earlyClose{c: s.c, a: s.a}
+	s.early.watch(s.b)
 }
 
 func (s *bodyStream) stop() {
 	if s.stopCtx != nil {
 		s.stopCtx()
+	}
+	if s.early != nil {
+		s.early.end()
 	}
 	if s.waiting || s.timed {
 		s.c.holStop()

@@ -880,6 +880,60 @@ func TestEarlyCloseKeepsConnectionWhenSmall(t *testing.T) {
 	}
 }
 
+// TestEarlyCloseStalledRemainder closes a response body early whose rest
+// the server never sends: the connection must not wait for it for ever. A
+// request cancelled before the close gives its connection up at once, as
+// with net/http; otherwise the rest may take up to the head-of-line
+// timeout.
+func TestEarlyCloseStalledRemainder(t *testing.T) {
+	tests := []struct {
+		name   string
+		size   int           // the body's Content-Length; half is sent
+		hol    time.Duration // HeadOfLineTimeout
+		cancel bool          // the request's context is cancelled before Close
+	}{
+		{"read ahead, closed", 1000, 50 * time.Millisecond, false},
+		{"streamed, closed", maxBufferedBody + 2000, 50 * time.Millisecond, false},
+		// With an hour's timeout, only the cancellation can close it.
+		{"read ahead, cancelled", 1000, time.Hour, true},
+		{"streamed, cancelled", maxBufferedBody + 2000, time.Hour, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			verifyNoLeaks(t)
+			closed := make(chan struct{})
+			srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+				if _, err := http.ReadRequest(br); err != nil {
+					return
+				}
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", tt.size, strings.Repeat("h", tt.size/2))
+				io.Copy(io.Discard, br) // until the client closes
+				close(closed)
+			})
+			tr := newTestTransport(t, TransportOptions{HeadOfLineTimeout: tt.hol})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.url("/"), nil)
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := resp.Body.Read(make([]byte, 10)); err != nil {
+				t.Fatal(err)
+			}
+			if tt.cancel {
+				cancel()
+			}
+			resp.Body.Close()
+			select {
+			case <-closed:
+			case <-time.After(testTimeout):
+				t.Fatalf("the connection is still open %v after the body's early close", testTimeout)
+			}
+		})
+	}
+}
+
 func TestResponseHeaderTimeout(t *testing.T) {
 	verifyNoLeaks(t)
 	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
