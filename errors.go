@@ -33,6 +33,11 @@ var ErrUnsolicitedResponse = errors.New("pipelined: unsolicited response on idle
 // too: callers match neither).
 var errReadOnClosedResBody = errors.New("http: read on closed response body")
 
+// errRequestCanceled ends a request whose deprecated Request.Cancel
+// channel was closed (legacycancel.go), with net/http's text (its
+// errRequestCanceled is unexported too).
+var errRequestCanceled = errors.New("net/http: request canceled")
+
 // A FramingError describes a response that violates RFC 9112 message framing.
 // It matches [ErrFraming] with [errors.Is].
 type FramingError struct {

@@ -1048,3 +1048,99 @@ func TestProbeLateBody(t *testing.T) {
 		t.Errorf("server saw %s, want %s", body, want)
 	}
 }
+
+// TestLegacyRequestCancel closes the deprecated Request.Cancel channel of
+// requests sent with a context that is never cancelled, at each stage, and
+// compares the errors with net/http's; the watch of the channel ends with
+// the response body.
+func TestLegacyRequestCancel(t *testing.T) {
+	verifyNoLeaks(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/head": // no answer until the client gives up
+			<-r.Context().Done()
+		case "/body": // half a body, then nothing more
+			w.Header().Set("Content-Length", "10")
+			io.WriteString(w, "half!")
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+		default:
+			io.WriteString(w, "whole body")
+		}
+	}))
+	t.Cleanup(srv.Close) // after the transports' Close: a request left waiting holds a handler
+	std := &http.Transport{}
+	defer std.CloseIdleConnections()
+	ours := newTestTransport(t, TransportOptions{})
+	watching := func() int {
+		n := 0
+		for _, s := range goroutineStacks() {
+			if strings.Contains(s, "watchLegacyCancel") {
+				n++
+			}
+		}
+		return n
+	}
+
+	// outcome sends a GET of path through rt, closing its Cancel channel
+	// once the stage is reached, and reports RoundTrip's error, or the
+	// body's and what was read of it.
+	outcome := func(rt http.RoundTripper, path string, cancelAfterHead bool) string {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		cancel := make(chan struct{})
+		req.Cancel = cancel
+		if !cancelAfterHead && path == "/head" {
+			time.AfterFunc(20*time.Millisecond, func() { close(cancel) })
+		}
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			return "RoundTrip: " + err.Error()
+		}
+		defer resp.Body.Close()
+		if cancelAfterHead {
+			close(cancel)
+		}
+		b, err := io.ReadAll(resp.Body)
+		return fmt.Sprintf("body %q, %v", b, err)
+	}
+	tests := []struct {
+		name            string
+		path            string
+		cancelAfterHead bool
+	}{
+		{"before the answer", "/head", false},
+		{"while the body streams", "/body", true},
+		{"never", "/whole", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			want := outcome(std, tt.path, tt.cancelAfterHead)
+			ch := make(chan string, 1)
+			go func() { ch <- outcome(ours, tt.path, tt.cancelAfterHead) }()
+			select {
+			case got := <-ch:
+				if got != want {
+					t.Errorf("GET %s = %s, want (net/http's) %s", tt.path, got, want)
+				}
+			case <-time.After(testTimeout):
+				t.Fatalf("GET %s: no outcome within %v, want (net/http's) %s", tt.path, testTimeout, want)
+			}
+			waitFor(t, "no Request.Cancel watch left", func() bool { return watching() == 0 })
+		})
+	}
+
+	t.Run("context with a deadline", func(t *testing.T) {
+		// Both set: Request.Cancel's documentation leaves it undefined
+		// whether Cancel is respected; here it is not watched.
+		req, _ := http.NewRequestWithContext(parCtx(t), http.MethodGet, srv.URL+"/whole", nil)
+		req.Cancel = make(chan struct{})
+		resp, err := ours.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := watching(); n != 0 {
+			t.Errorf("%d Request.Cancel watches with a context that can be cancelled, want 0", n)
+		}
+		resp.Body.Close()
+	})
+}

@@ -98,6 +98,7 @@ func (p *hostPool) roundTrip(req *http.Request) (*http.Response, error) {
 	if o != nil {
 		r.obs = &requestObs{start: time.Now(), host: p.name, addr: p.key.addr}
 	}
+	endLegacy := p.t.watchLegacyCancel(r)
 	resp, err := p.roundTripAttempts(r)
 	if u, ok := err.(*useH2); ok { // the host turned out to speak HTTP/2
 		resp, err = u.h.redirect(req)
@@ -105,6 +106,9 @@ func (p *hostPool) roundTrip(req *http.Request) (*http.Response, error) {
 	}
 	if err != nil && !r.bodyUsed {
 		closeBody(req)
+	}
+	if endLegacy != nil {
+		endLegacyCancel(resp, endLegacy)
 	}
 	if o != nil && o.RequestDone != nil && r.obs.last != nil {
 		observeDone(o, r, resp, err)
