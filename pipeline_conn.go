@@ -664,6 +664,13 @@ var (
 	errDrainTooLong = errors.New("pipelined: response body closed early")
 )
 
+// behind reports whether requests wait behind the connection's head.
+func (c *pconn) behind() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.fifo) > 1
+}
+
 func (c *pconn) head() *attempt {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -895,9 +902,10 @@ type bodyStream struct {
 // must come from the network, once its caller has closed it: net/http
 // closes the connection at once; we read and discard the rest (drain) so
 // that the connection stays, but only if it comes soon. A request already
-// cancelled gives its connection up at once, and the rest may take at most
-// drainWait: a server that stalls mid-body would otherwise hold the
-// connection, and its reader, for ever.
+// cancelled with nothing behind it gives its connection up at once, as
+// with net/http (with requests behind, the rest is read for their sake),
+// and the rest may take at most drainWait: a server that stalls mid-body
+// would otherwise hold the connection, and its reader, for ever.
 type earlyClose struct {
 	c    *pconn
 	a    *attempt
@@ -907,7 +915,7 @@ type earlyClose struct {
 
 // closed runs in the caller's Close, before the body's end.
 func (e *earlyClose) closed() {
-	if ctx := e.a.r.ctx; ctx.Err() != nil {
+	if ctx := e.a.r.ctx; ctx.Err() != nil && !e.c.behind() {
 		e.c.fail(context.Cause(ctx))
 		return
 	}

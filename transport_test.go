@@ -934,6 +934,65 @@ func TestEarlyCloseStalledRemainder(t *testing.T) {
 	}
 }
 
+// TestCancelledHeadDrainedForRequestsBehind cancels a head whose body is
+// still arriving, with a request pipelined behind it, and closes the body:
+// the rest is read for the sake of the request behind, which is answered
+// on the same connection.
+func TestCancelledHeadDrainedForRequestsBehind(t *testing.T) {
+	verifyNoLeaks(t)
+	rest := make(chan struct{})
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		pending := false // /head's rest, sent once rest is closed
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			if req.URL.Path == "/head" {
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n"+strings.Repeat("h", 500))
+				pending = true
+				continue
+			}
+			if pending {
+				<-rest
+				io.WriteString(c, strings.Repeat("h", 500))
+				pending = false
+			}
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
+		}
+	})
+	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 4, HeadOfLineTimeout: time.Hour})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.url("/head"), nil)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	behind := make(chan string, 1)
+	go func() {
+		r, err := get(t, tr, srv.url("/behind"))
+		if err != nil {
+			behind <- err.Error()
+			return
+		}
+		behind <- readBody(t, r)
+	}()
+	waitFor(t, "/behind written behind /head", func() bool {
+		c := soleConn(tr, srv)
+		return c != nil && fifoLen(c) == 2
+	})
+	cancel()
+	resp.Body.Close()
+	close(rest)
+	if got := <-behind; got != "/behind" {
+		t.Errorf("request behind: got %q, want /behind", got)
+	}
+	if n := srv.conns.Load(); n != 1 {
+		t.Errorf("connections = %d, want 1 (the head's rest read for the request behind)", n)
+	}
+}
+
 func TestResponseHeaderTimeout(t *testing.T) {
 	verifyNoLeaks(t)
 	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
