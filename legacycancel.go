@@ -24,6 +24,7 @@ import (
 // returns the function that ends the watch (once the caller is done with
 // the response), or nil if there is nothing to watch.
 func (t *Transport) watchLegacyCancel(r *request) (end func()) {
+	//lint:ignore SA1019 deprecated, but still honoured by net/http's Transport.
 	cancelCh := r.req.Cancel
 	if cancelCh == nil || r.ctx.Done() != nil {
 		return nil

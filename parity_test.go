@@ -1088,6 +1088,7 @@ func TestLegacyRequestCancel(t *testing.T) {
 	outcome := func(rt http.RoundTripper, path string, cancelAfterHead bool) string {
 		req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
 		cancel := make(chan struct{})
+		//lint:ignore SA1019 the deprecated field is what is tested.
 		req.Cancel = cancel
 		if !cancelAfterHead && path == "/head" {
 			time.AfterFunc(20*time.Millisecond, func() { close(cancel) })
@@ -1133,6 +1134,7 @@ func TestLegacyRequestCancel(t *testing.T) {
 		// Both set: Request.Cancel's documentation leaves it undefined
 		// whether Cancel is respected; here it is not watched.
 		req, _ := http.NewRequestWithContext(parCtx(t), http.MethodGet, srv.URL+"/whole", nil)
+		//lint:ignore SA1019 the deprecated field is what is tested.
 		req.Cancel = make(chan struct{})
 		resp, err := ours.RoundTrip(req)
 		if err != nil {
