@@ -614,3 +614,74 @@ func TestDifferentialH2(t *testing.T) {
 		})
 	}
 }
+
+// TestDifferentialBodyUse reads and closes response bodies of every kind
+// the way careless and careful callers do, through net/http and through
+// ours, and compares what each step returns: an empty read first, the
+// whole body (or 8 bytes of it), reads past the end, Close twice, and a
+// read after Close.
+func TestDifferentialBodyUse(t *testing.T) {
+	srv := httptest.NewServer(diffHandler())
+	defer srv.Close()
+	std := &http.Transport{}
+	defer std.CloseIdleConnections()
+	ours := newTestTransport(t, TransportOptions{})
+	use := func(rt http.RoundTripper, method, path string, partial bool) []string {
+		req, _ := http.NewRequestWithContext(parCtx(t), method, srv.URL+path, nil)
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			return []string{"RoundTrip: " + err.Error()}
+		}
+		var steps []string
+		step := func(what string, n int, err error) {
+			steps = append(steps, fmt.Sprintf("%s: %d, %v", what, n, err))
+		}
+		n, err := resp.Body.Read(nil)
+		step("empty read", n, err)
+		if partial {
+			n, err = io.ReadFull(resp.Body, make([]byte, 8))
+			step("8 bytes", n, err)
+			steps = append(steps, fmt.Sprintf("Close: %v", resp.Body.Close()))
+			n, err = resp.Body.Read(make([]byte, 8))
+			step("read after Close", n, err)
+			return steps
+		}
+		b, err := io.ReadAll(resp.Body)
+		if len(b) > 64 {
+			b = b[:64]
+		}
+		steps = append(steps, fmt.Sprintf("ReadAll: %q, %v", b, err))
+		n, err = resp.Body.Read(make([]byte, 8))
+		step("read at the end", n, err)
+		n, err = resp.Body.Read(make([]byte, 8))
+		step("read at the end again", n, err)
+		steps = append(steps, fmt.Sprintf("Close: %v", resp.Body.Close()))
+		steps = append(steps, fmt.Sprintf("Close again: %v", resp.Body.Close()))
+		n, err = resp.Body.Read(make([]byte, 8))
+		step("read after Close", n, err)
+		return steps
+	}
+	for _, tt := range []struct{ method, path string }{
+		{"GET", "/echo"},
+		{"GET", "/large"},
+		{"GET", "/large-chunked"},
+		{"GET", "/chunked-trailers"},
+		{"GET", "/gzip"},
+		{"GET", "/gzip-upper"},
+		{"GET", "/204"},
+		{"GET", "/304"},
+		{"HEAD", "/echo"},
+		{"HEAD", "/gzip"},
+		{"GET", "/status/404"},
+		{"GET", "/raw-http10"},
+	} {
+		for _, partial := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s %s partial=%v", tt.method, tt.path, partial), func(t *testing.T) {
+				want, got := use(std, tt.method, tt.path, partial), use(ours, tt.method, tt.path, partial)
+				if d := cmp.Diff(want, got); d != "" {
+					t.Errorf("%s %s: body use differs from net/http's (-net/http +pipelined):\n%s", tt.method, tt.path, d)
+				}
+			})
+		}
+	}
+}
