@@ -58,7 +58,9 @@ func framingErrorf(format string, args ...any) error {
 // (or could no longer) send it again (docs/reliability.md lists when it
 // does). Err is the underlying cause. If Written is true, some of the
 // request reached the connection and the error also matches
-// [ErrServerClosed]: the server may have processed it.
+// [ErrServerClosed]: the server may have processed it. When the cause is
+// the transport's own verdict (ResponseHeaderTimeout, a malformed or too
+// large response head, [Transport.Close]), the message is the cause's.
 type ConnError struct {
 	Err     error
 	Written bool
@@ -67,6 +69,12 @@ type ConnError struct {
 }
 
 func (e *ConnError) Error() string {
+	if isFinalError(e.Err) {
+		// The transport's own verdict on the answer (too slow,
+		// malformed, too large) or its Close: the server closed
+		// nothing, and the cause says all.
+		return e.Err.Error()
+	}
 	if e.Written {
 		return fmt.Sprintf("%v: %v", ErrServerClosed, e.Err)
 	}
