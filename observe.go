@@ -62,7 +62,7 @@ func closeReason(err error, retired CloseReason) CloseReason {
 		return CloseUpgraded
 	case err == errResponseHeaderTimeout:
 		return CloseError // it matches context.DeadlineExceeded too
-	case err == errUnwanted, err == errDrainTooLong,
+	case err == errUnwanted, err == errDrainTooLong, err == errRequestCanceled,
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return CloseCanceled
 	case err == errIdleClosed:

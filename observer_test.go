@@ -148,6 +148,8 @@ func TestCloseReason(t *testing.T) {
 		{errUpgraded, 0, CloseUpgraded},
 		{context.Canceled, 0, CloseCanceled},
 		{context.DeadlineExceeded, 0, CloseCanceled},
+		{errRequestCanceled, 0, CloseCanceled}, // Request.Cancel
+		{errDrainTooLong, 0, CloseCanceled},
 		{errResponseHeaderTimeout, 0, CloseError},
 		{errIdleClosed, 0, CloseServer},
 		{errIdleTimeout, CloseIdleTimeout, CloseIdleTimeout},
