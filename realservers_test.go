@@ -428,7 +428,12 @@ func runBoth(t *testing.T, base string, plan func(prefix string) []rsRequest, co
 // jsonCounts returns a postCount function reading GET base/counts.
 func jsonCounts(t *testing.T, base string) func(string) int {
 	t.Helper()
-	resp, err := http.Get(base + "/counts")
+	// A transport of its own that keeps no connection: net/http's
+	// DefaultTransport may pool the connection after a CloseIdleConnections
+	// call, and its goroutines would outlive the test's leak check.
+	tr := &http.Transport{DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Get(base + "/counts")
 	if err != nil {
 		t.Fatalf("GET /counts: %v", err)
 	}
@@ -437,7 +442,6 @@ func jsonCounts(t *testing.T, base string) func(string) int {
 	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
 		t.Fatalf("GET /counts: %v", err)
 	}
-	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
 	return func(id string) int { return m[id] }
 }
 
