@@ -357,28 +357,8 @@ Flags override environment variables.
 		return
 	}
 
-	if *fCPUProfile != "" {
-		f, err := os.Create(*fCPUProfile)
-		if err == nil {
-			err = pprof.StartCPUProfile(f)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "benchmarks:", err)
-			os.Exit(2)
-		}
-		defer pprof.StopCPUProfile()
-	}
-	if *fTrace != "" {
-		f, err := os.Create(*fTrace)
-		if err == nil {
-			err = trace.Start(f)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "benchmarks:", err)
-			os.Exit(2)
-		}
-		defer trace.Stop()
-	}
+	defer startRecording(*fCPUProfile, pprof.StartCPUProfile, pprof.StopCPUProfile)()
+	defer startRecording(*fTrace, trace.Start, trace.Stop)()
 
 	if d := setting(*fSoak, "SOAK"); d != "" {
 		cfg, err := soakFlags(d, *fSoakFaults, *fSoakSeed, *fSoakStall, *fSoakKinds, *fC, *fK, *fP, *fTimeout)
@@ -1135,4 +1115,21 @@ func fmtMs(v float64) string {
 		return fmt.Sprintf("%.0fµs", v*1000)
 	}
 	return fmt.Sprintf("%.1fms", v)
+}
+
+// startRecording starts a CPU profile or an execution trace into the file
+// named path, if path is not empty, and returns the function that stops it.
+func startRecording(path string, start func(io.Writer) error, stop func()) func() {
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		err = start(f)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchmarks:", err)
+		os.Exit(2)
+	}
+	return stop
 }
