@@ -48,10 +48,15 @@ func (t *Transport) watchLegacyCancel(r *request) (end func()) {
 
 // endLegacyCancel arranges for end to run once the caller is done with
 // resp: at once if there is no response or no body to read (an error, an
-// empty body, a connection handed over by a 101), or else at the body's
+// empty body), or if the body is the connection itself (a 101's, which
+// is also an io.Writer: a wrapper would hide that), or else at the body's
 // end or Close.
 func endLegacyCancel(resp *http.Response, end func()) {
-	if resp == nil || resp.Body == nil || resp.Body == http.NoBody || resp.StatusCode == http.StatusSwitchingProtocols {
+	if resp == nil || resp.Body == nil || resp.Body == http.NoBody {
+		end()
+		return
+	}
+	if _, conn := resp.Body.(io.Writer); conn {
 		end()
 		return
 	}

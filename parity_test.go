@@ -1137,6 +1137,32 @@ func TestLegacyRequestCancel(t *testing.T) {
 		})
 	}
 
+	t.Run("101", func(t *testing.T) {
+		// The body of a 101 is the connection, a writer too: no wrapper
+		// hides that, and nothing is left to watch.
+		up := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+			if _, err := http.ReadRequest(br); err != nil {
+				return
+			}
+			io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: x\r\n\r\n")
+			io.Copy(io.Discard, br)
+		})
+		req, _ := http.NewRequest(http.MethodGet, up.url("/"), nil)
+		req.Header.Set("Connection", "Upgrade")
+		req.Header.Set("Upgrade", "x")
+		//lint:ignore SA1019 the deprecated field is what is tested.
+		req.Cancel = make(chan struct{})
+		resp, err := ours.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if _, ok := resp.Body.(io.Writer); !ok {
+			t.Errorf("101's body is a %T, want an io.Writer", resp.Body)
+		}
+		waitFor(t, "no Request.Cancel watch left", func() bool { return watching() == 0 })
+	})
+
 	t.Run("context with a deadline", func(t *testing.T) {
 		// Both set: Request.Cancel's documentation leaves it undefined
 		// whether Cancel is respected; here it is not watched.
