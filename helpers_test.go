@@ -260,6 +260,27 @@ func get(t *testing.T, tr http.RoundTripper, url string) (*http.Response, error)
 	return tr.RoundTrip(req)
 }
 
+// getBehind sends a GET of path through tr from another goroutine and
+// waits until it is written behind the request in flight on srv's one
+// connection. The body it gets (or its error) arrives on the channel.
+func getBehind(t *testing.T, tr *Transport, srv *rawServer, path string) <-chan string {
+	t.Helper()
+	behind := make(chan string, 1)
+	go func() {
+		resp, err := get(t, tr, srv.url(path))
+		if err != nil {
+			behind <- err.Error()
+			return
+		}
+		behind <- readBody(t, resp)
+	}()
+	waitFor(t, path+" written behind the head", func() bool {
+		c := soleConn(tr, srv)
+		return c != nil && fifoLen(c) == 2
+	})
+	return behind
+}
+
 // getBody sends a GET for url through rt with ctx and returns the body
 // read in full.
 func getBody(ctx context.Context, rt http.RoundTripper, url string) (string, error) {

@@ -492,22 +492,10 @@ func TestCancelWrittenRequest(t *testing.T) {
 	// Written, not only placed: a request placed after it on the same
 	// connection may take the write token first, and be answered first.
 	waitFor(t, "the server holds /hold", func() bool { return held.Load() == 1 })
-	behind := make(chan string, 1)
-	go func() {
-		resp, err := get(t, tr, srv.url("/behind"))
-		if err != nil {
-			behind <- err.Error()
-			return
-		}
-		behind <- readBody(t, resp)
-	}()
 	// Written behind it, not only placed: with nothing written behind a
 	// cancelled head, the connection is closed (dropIfUnwanted) and a
 	// request placed but not written goes elsewhere.
-	waitFor(t, "/behind written behind /hold", func() bool {
-		c := soleConn(tr, srv)
-		return c != nil && fifoLen(c) == 2
-	})
+	behind := getBehind(t, tr, srv, "/behind")
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled request: err = %v, want context.Canceled", err)
@@ -969,19 +957,7 @@ func TestCancelledHeadDrainedForRequestsBehind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	behind := make(chan string, 1)
-	go func() {
-		r, err := get(t, tr, srv.url("/behind"))
-		if err != nil {
-			behind <- err.Error()
-			return
-		}
-		behind <- readBody(t, r)
-	}()
-	waitFor(t, "/behind written behind /head", func() bool {
-		c := soleConn(tr, srv)
-		return c != nil && fifoLen(c) == 2
-	})
+	behind := getBehind(t, tr, srv, "/behind")
 	cancel()
 	resp.Body.Close()
 	close(rest)
