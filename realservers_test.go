@@ -18,16 +18,17 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 )
 
 // This file runs pipelined and net/http side by side against real servers
-// (Node's http server, Python's http.server, HAProxy, nginx reloading) under
-// bounded concurrent loads. Every caller checks it got its own answer, POSTs
-// are counted on the server, and pipelined may fail only where net/http
-// fails too (issue 10); the keep-alive POST loop is issue 14's test. Each
+// (Node's http server, Python's http.server, HAProxy, nginx reloading,
+// lighttpd) under bounded concurrent loads. Every caller checks it got its
+// own answer, POSTs are counted on the server, and pipelined may fail only
+// where net/http fails too (issue 10); the keep-alive POST loop is issue 14's test. Each
 // test skips when its program is missing, and fails instead under CI=true.
 
 // requireProgram returns the path of the first of names found (a name with
@@ -414,7 +415,13 @@ func compareRealMode(t *testing.T, ours, std []rsResult, postCount func(id strin
 // (default settings) at once against base, and compares the outcomes.
 func runBoth(t *testing.T, base string, plan func(prefix string) []rsRequest, conc int, timeout time.Duration) (ours, std []rsResult) {
 	t.Helper()
-	tr := newTestTransport(t, TransportOptions{})
+	return runBothWith(t, TransportOptions{}, base, plan, conc, timeout)
+}
+
+// runBothWith is runBoth with pipelined's options.
+func runBothWith(t *testing.T, opts TransportOptions, base string, plan func(prefix string) []rsRequest, conc int, timeout time.Duration) (ours, std []rsResult) {
+	t.Helper()
+	tr := newTestTransport(t, opts)
 	stdTr := http.DefaultTransport.(*http.Transport).Clone()
 	t.Cleanup(stdTr.CloseIdleConnections)
 	var wg sync.WaitGroup
@@ -896,4 +903,152 @@ func TestRealNodeHedge(t *testing.T) {
 			t.Errorf("GET /get/after%d = %q, %v", i, b, err)
 		}
 	}
+}
+
+// TestRealLighttpd runs GETs and POSTs through both transports against
+// lighttpd, which runs a connection's requests one at a time, answers the
+// fifth request of a connection with "Connection: close" and drops what
+// was pipelined after it (server.max-keep-alive-requests 4), and closes a
+// connection idle for 1 s without announcing it. The load mixes static
+// files (small, gzip-compressed by mod_deflate, and 100 KB) with CGI
+// answers (a process per request) and POSTs to a CGI script that logs
+// them, in two bursts about the idle timeout apart.
+func TestRealLighttpd(t *testing.T) {
+	verifyNoLeaks(t)
+	lighttpd := requireProgram(t, "lighttpd", "lighttpd", "/usr/sbin/lighttpd")
+	sh := requireProgram(t, "dash", "sh")
+	dir := t.TempDir()
+	www, postLog := filepath.Join(dir, "www"), filepath.Join(dir, "posts.log")
+	// content is a static file's content: its path, padded for the kinds
+	// that need a size (mod_deflate leaves files under 128 bytes alone).
+	content := func(kind, path string) string {
+		switch kind {
+		case "gz":
+			return path + strings.Repeat(" gzip me", 40)
+		case "big":
+			return path + strings.Repeat("0123456789abcdef", 100_000/16)
+		}
+		return path
+	}
+	kinds := func(i int) (string, string) {
+		switch i % 8 {
+		case 1, 5:
+			return http.MethodPost, "post"
+		case 2:
+			return http.MethodGet, "cgi"
+		case 3:
+			return http.MethodGet, "gz"
+		case 6:
+			return http.MethodGet, "big"
+		}
+		return http.MethodGet, "get"
+	}
+	plan := func(prefix string) []rsRequest {
+		reqs := rsPlan(prefix, 160, kinds, true)
+		for i, r := range reqs {
+			reqs[i].want = content(r.kind, r.path())
+		}
+		return reqs
+	}
+	for _, prefix := range []string{"p0", "n0", "p1", "n1"} {
+		for _, r := range plan(prefix) {
+			if r.method != http.MethodGet || r.kind == "cgi" {
+				continue
+			}
+			p := filepath.Join(www, r.kind, r.id)
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, []byte(r.want), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// The CGI script answers with the request's path; a POST reads its
+	// body and appends its id to the log (lines of a few bytes: O_APPEND
+	// writes them whole).
+	script := fmt.Sprintf(`printf 'Content-Type: text/plain\r\n\r\n'
+if [ "$REQUEST_METHOD" = POST ]; then cat >/dev/null; echo "${REQUEST_URI#/post/}" >>%q; fi
+printf '%%s' "$REQUEST_URI"
+`, postLog)
+	if err := os.WriteFile(filepath.Join(www, "echo.sh"), []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var addr string
+	for try := 0; ; try++ {
+		addr = freeAddr(t)
+		host, port, _ := net.SplitHostPort(addr)
+		cfg := fmt.Sprintf(`server.modules = ("mod_cgi", "mod_deflate", "mod_rewrite")
+server.bind = %q
+server.port = %s
+server.document-root = %q
+server.errorlog = %q
+server.max-keep-alive-requests = 4
+server.max-keep-alive-idle = 1
+cgi.assign = (".sh" => %q)
+url.rewrite-once = ("^/(cgi|post)/" => "/echo.sh")
+mimetype.assign = ("" => "text/plain")
+$HTTP["url"] =~ "^/gz/" {
+	deflate.mimetypes = ("text/plain")
+	deflate.allowed-encodings = ("gzip")
+}
+`, host, port, www, filepath.Join(dir, "error.log"), sh)
+		path := filepath.Join(dir, fmt.Sprintf("lighttpd-%d.conf", try))
+		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, exited, out := startProcess(t, lighttpd, "-D", "-f", path)
+		if waitListening(addr, exited) {
+			break
+		}
+		if try >= 2 {
+			errLog, _ := os.ReadFile(filepath.Join(dir, "error.log"))
+			t.Fatalf("lighttpd did not start on %s:\n%s%s", addr, out.String(), errLog)
+		}
+	}
+	base := "http://" + addr
+	// A check of the test itself: the gz kind is compressed on the wire.
+	req, _ := http.NewRequest(http.MethodGet, base+"/gz/p0-3", nil)
+	req.Header.Set("Accept-Encoding", "gzip")
+	if resp, err := newTestTransport(t, TransportOptions{}).RoundTrip(req); err != nil {
+		t.Fatal(err)
+	} else if resp.Body.Close(); resp.Header.Get("Content-Encoding") != "gzip" {
+		t.Fatalf("GET /gz/p0-3: Content-Encoding %q, want gzip", resp.Header.Get("Content-Encoding"))
+	}
+	// What pipelined did, to check that the load pipelined requests and
+	// met the server's closes.
+	var pipelinedWrites, resends atomic.Int64
+	opts := TransportOptions{Observer: &Observer{
+		RequestWritten: func(e RequestEvent) {
+			if e.Pipelined {
+				pipelinedWrites.Add(1)
+			}
+		},
+		RequestQueued: func(e RequestEvent) {
+			if e.Resend != ResendNone {
+				resends.Add(1)
+			}
+		},
+	}}
+	var ours, std []rsResult
+	for burst := range 2 {
+		if burst > 0 {
+			time.Sleep(time.Second) // the idle timeout
+		}
+		o, s := runBothWith(t, opts, base, func(p string) []rsRequest { return plan(fmt.Sprintf("%s%d", p, burst)) }, 32, 8*time.Second)
+		ours, std = append(ours, o...), append(std, s...)
+	}
+	t.Logf("pipelined: %d requests written behind others, %d sent again", pipelinedWrites.Load(), resends.Load())
+	if pipelinedWrites.Load() == 0 || resends.Load() == 0 {
+		t.Errorf("the load pipelined %d requests and resent %d: want some of each (the test's own check)", pipelinedWrites.Load(), resends.Load())
+	}
+	logged, err := os.ReadFile(postLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	posts := make(map[string]int)
+	for _, id := range strings.Fields(string(logged)) {
+		posts[id]++
+	}
+	compareReal(t, ours, std, func(id string) int { return posts[id] }, true)
 }
