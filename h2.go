@@ -514,22 +514,26 @@ const h2MaxRetries = 6
 
 // roundTrip sends req over one of the host's HTTP/2 connections.
 func (h *h2Host) roundTrip(req *http.Request) (*http.Response, error) {
-	return h.do(req, false)
+	return h.do(req, false, nil)
 }
 
 // redirect sends over HTTP/2 a request that the HTTP/1 pool queued while
 // the host's first connection was being dialed: its httptrace GetConn has
-// fired already.
-func (h *h2Host) redirect(req *http.Request) (*http.Response, error) {
-	return h.do(req, true)
+// fired already, and so has its Observer's RequestQueued, whose event
+// (with the time spent queued so far) is queued, nil without an Observer.
+// The request's other events, RequestDone included, are reported here.
+func (h *h2Host) redirect(req *http.Request, queued *RequestEvent) (*http.Response, error) {
+	return h.do(req, true, queued)
 }
 
-func (h *h2Host) do(req *http.Request, gotConnFired bool) (resp *http.Response, err error) {
+func (h *h2Host) do(req *http.Request, gotConnFired bool, queued *RequestEvent) (resp *http.Response, err error) {
 	ctx := req.Context()
 	trace := httptrace.ContextClientTrace(ctx)
 	var ob *h2Obs
-	if !gotConnFired { // a redirected request is reported by the HTTP/1 side
+	if !gotConnFired {
 		ob = h.newObs(req)
+	} else if queued != nil {
+		ob = &h2Obs{o: h.t.opts.Observer, ev: *queued, first: queued.Attempt, redirected: true}
 	}
 	if ob != nil {
 		defer func() { ob.done(resp, err) }()
@@ -550,11 +554,12 @@ func (h *h2Host) do(req *http.Request, gotConnFired bool) (resp *http.Response, 
 			trace.GotConn(info)
 		}
 		ob.assigned(c)
-		resp, err := c.cc.RoundTrip(cur) // consumes the body
+		resp, err := c.cc.RoundTrip(ob.watchWrite(cur)) // consumes the body
 		h.mu.Lock()
 		c.claims--
 		h.mu.Unlock()
 		if err == nil {
+			ob.headers(resp.StatusCode)
 			resp.Request = req
 			return resp, nil
 		}
@@ -799,6 +804,10 @@ type h2Obs struct {
 	o        *Observer
 	ev       RequestEvent
 	queuedAt time.Time
+	first    int // the number of the first attempt
+	// redirected: the first attempt was queued, and reported, by the
+	// HTTP/1 pool (hostPool.roundTrip).
+	redirected bool
 }
 
 func (h *h2Host) newObs(req *http.Request) *h2Obs {
@@ -806,7 +815,7 @@ func (h *h2Host) newObs(req *http.Request) *h2Obs {
 	if o == nil {
 		return nil
 	}
-	return &h2Obs{o: o, ev: RequestEvent{Start: time.Now(), Request: req, Host: h.key.String(), Addr: h.key.addr}}
+	return &h2Obs{o: o, ev: RequestEvent{Start: time.Now(), Request: req, Host: h.key.String(), Addr: h.key.addr}, first: 1}
 }
 
 func (b *h2Obs) queued(retry int) {
@@ -814,8 +823,11 @@ func (b *h2Obs) queued(retry int) {
 		return
 	}
 	b.queuedAt = time.Now()
-	b.ev.Time, b.ev.Attempt = b.queuedAt, retry+1
 	b.ev.ConnID, b.ev.Protocol, b.ev.InFlight, b.ev.Pipelined = 0, "", 0, false
+	if retry == 0 && b.redirected {
+		return // queued since the HTTP/1 pool's RequestQueued
+	}
+	b.ev.Time, b.ev.Attempt = b.queuedAt, b.first+retry
 	if retry > 0 {
 		b.ev.Resend = ResendNotWritten // h2CanRetry: the server did not process it
 	}
@@ -836,6 +848,36 @@ func (b *h2Obs) assigned(c *h2Conn) {
 	if b.o.RequestAssigned != nil {
 		b.o.RequestAssigned(b.ev)
 	}
+}
+
+// watchWrite returns req, or a copy of it whose context reports the end of
+// its write as RequestWritten: the standard library's client writes the
+// request, and says when through httptrace (WroteRequest, composed with
+// the caller's own trace, which still runs). A write cut short (an error,
+// or a body the server answered before reading) reports nothing, as over
+// HTTP/1.
+func (b *h2Obs) watchWrite(req *http.Request) *http.Request {
+	if b == nil || b.o.RequestWritten == nil {
+		return req
+	}
+	ev, hook := b.ev, b.o.RequestWritten // the attempt's, as assigned
+	trace := &httptrace.ClientTrace{WroteRequest: func(info httptrace.WroteRequestInfo) {
+		if info.Err == nil {
+			ev.Time = time.Now()
+			hook(ev)
+		}
+	}}
+	return req.WithContext(httptrace.WithClientTrace(req.Context(), trace))
+}
+
+// headers reports the final response head, once RoundTrip returned it.
+func (b *h2Obs) headers(status int) {
+	if b == nil || b.o.RequestHeaders == nil {
+		return
+	}
+	ev := b.ev
+	ev.Time, ev.Status = time.Now(), status
+	b.o.RequestHeaders(ev)
 }
 
 func (b *h2Obs) done(resp *http.Response, err error) {

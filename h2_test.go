@@ -685,9 +685,24 @@ func TestH2OptionsFromMatchesNetHTTP(t *testing.T) {
 // (The HTTP/2 side itself reports no Observer events yet.)
 func TestH2ObserverBalanced(t *testing.T) {
 	srv, _ := h2TestServer(t, h2Prefer, protoHandler(), nil)
-	var queued, done, h2Done, opened, closed atomic.Int32
+	var queued, assigned, done, h2Done, opened, closed, written, heads atomic.Int32
+	var mu sync.Mutex
+	var problems []string
+	// A request's events between assignment and its end carry its
+	// connection and HTTP/2; RequestHeaders its status.
+	check := func(name *atomic.Int32, ev RequestEvent, wantStatus int) {
+		name.Add(1)
+		if ev.Protocol != "HTTP/2.0" || ev.ConnID == 0 || ev.Status != wantStatus || ev.Request == nil {
+			mu.Lock()
+			problems = append(problems, fmt.Sprintf("%+v", ev))
+			mu.Unlock()
+		}
+	}
 	obs := &Observer{
-		RequestQueued: func(RequestEvent) { queued.Add(1) },
+		RequestQueued:   func(RequestEvent) { queued.Add(1) },
+		RequestAssigned: func(ev RequestEvent) { check(&assigned, ev, 0) },
+		RequestWritten:  func(ev RequestEvent) { check(&written, ev, 0) },
+		RequestHeaders:  func(ev RequestEvent) { check(&heads, ev, 200) },
 		RequestDone: func(ev RequestEvent) {
 			done.Add(1)
 			if ev.Protocol == "HTTP/2.0" && ev.Err == nil && ev.Status == 200 {
@@ -700,11 +715,33 @@ func TestH2ObserverBalanced(t *testing.T) {
 	tr := newTestTransport(t, TransportOptions{TLSClientConfig: tlsRoots(srv), Observer: obs})
 	h2Parallel(t, tr, srv.URL, 10)
 	h2Get(t, tr, srv.URL, nil)
+	req, _ := http.NewRequestWithContext(parCtx(t), "POST", srv.URL, strings.NewReader("a body"))
+	if resp, err := tr.RoundTrip(req); err != nil {
+		t.Fatal(err)
+	} else {
+		readBody(t, resp)
+	}
 	if q, d := queued.Load(), done.Load(); q != d || q == 0 {
 		t.Errorf("RequestQueued %d times, RequestDone %d times", q, d)
 	}
-	if n := h2Done.Load(); n < 1 {
-		t.Errorf("RequestDone over HTTP/2 with its status: %d times, want at least 1", n)
+	// WroteRequest may come after RoundTrip returned.
+	waitFor(t, "RequestWritten for every request", func() bool { return written.Load() == 12 })
+	if n := heads.Load(); n != 12 {
+		t.Errorf("RequestHeaders %d times, want 12 (one per request)", n)
+	}
+	mu.Lock()
+	for _, p := range problems {
+		t.Errorf("event %s", p)
+	}
+	mu.Unlock()
+	// Requests sent while the first connection is dialed are queued by
+	// the HTTP/1 pool and then sent over HTTP/2: they too are reported
+	// assigned, written, answered and done over HTTP/2.
+	if q, a := queued.Load(), assigned.Load(); q != a {
+		t.Errorf("RequestQueued %d times, RequestAssigned %d times", q, a)
+	}
+	if n := h2Done.Load(); n != 12 {
+		t.Errorf("RequestDone over HTTP/2 with its status: %d times, want 12", n)
 	}
 	tr.Close()
 	if o, c := opened.Load(), closed.Load(); o != c || o == 0 {

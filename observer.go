@@ -70,12 +70,14 @@ type Observer struct {
 	ConnOpened func(ConnEvent)
 
 	// ConnActive is called when a request is assigned to a connection
-	// that had nothing in flight.
+	// that had nothing in flight. HTTP/2 connections report no ConnActive
+	// or ConnIdle: their streams come and go inside the standard library's
+	// client connection.
 	ConnActive func(ConnEvent)
 
 	// ConnIdle is called when the last request in flight on a connection
 	// is finished (its response body read or closed) and the connection
-	// stays open.
+	// stays open (HTTP/1.1 only, as ConnActive).
 	ConnIdle func(ConnEvent)
 
 	// ConnClosed is called once when a connection that was opened leaves

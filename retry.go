@@ -100,9 +100,11 @@ func (p *hostPool) roundTrip(req *http.Request) (*http.Response, error) {
 	}
 	endLegacy := p.t.watchLegacyCancel(r)
 	resp, err := p.roundTripAttempts(r)
+	redirected := false
 	if u, ok := err.(*useH2); ok { // the host turned out to speak HTTP/2
-		resp, err = u.h.redirect(req)
-		r.bodyUsed = true // the HTTP/2 side owns the body (RequestDone still fires)
+		resp, err = u.h.redirect(req, redirectEvent(o, r))
+		r.bodyUsed = true // the HTTP/2 side owns the body and reports the rest
+		redirected = true
 	}
 	if err != nil && !r.bodyUsed {
 		closeBody(req)
@@ -110,7 +112,7 @@ func (p *hostPool) roundTrip(req *http.Request) (*http.Response, error) {
 	if endLegacy != nil {
 		endLegacyCancel(resp, endLegacy)
 	}
-	if o != nil && o.RequestDone != nil && r.obs.last != nil {
+	if o != nil && o.RequestDone != nil && r.obs.last != nil && !redirected {
 		observeDone(o, r, resp, err)
 	}
 	return resp, err
@@ -128,6 +130,21 @@ func observeDone(o *Observer, r *request, resp *http.Response, err error) {
 		ev.Status = resp.StatusCode
 	}
 	o.RequestDone(ev)
+}
+
+// redirectEvent is the RequestQueued event of r's last attempt, with the
+// time it has been queued, for the HTTP/2 side to go on from; nil without
+// an Observer.
+//
+//go:noinline
+func redirectEvent(o *Observer, r *request) *RequestEvent {
+	if o == nil || r.obs.last == nil {
+		return nil
+	}
+	a := r.obs.last
+	ev := requestEvent(a, time.Now())
+	ev.QueueTime += time.Duration(monoNow() - a.queuedAt)
+	return &ev
 }
 
 // observeQueued reports RequestQueued, out of roundTripAttempts' frame.
