@@ -4,10 +4,18 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -418,11 +426,13 @@ func runBoth(t *testing.T, base string, plan func(prefix string) []rsRequest, co
 	return runBothWith(t, TransportOptions{}, base, plan, conc, timeout)
 }
 
-// runBothWith is runBoth with pipelined's options.
+// runBothWith is runBoth with pipelined's options; net/http gets the same
+// TLSClientConfig.
 func runBothWith(t *testing.T, opts TransportOptions, base string, plan func(prefix string) []rsRequest, conc int, timeout time.Duration) (ours, std []rsResult) {
 	t.Helper()
 	tr := newTestTransport(t, opts)
 	stdTr := http.DefaultTransport.(*http.Transport).Clone()
+	stdTr.TLSClientConfig = opts.TLSClientConfig.Clone() // the same roots
 	t.Cleanup(stdTr.CloseIdleConnections)
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -912,10 +922,23 @@ func TestRealNodeHedge(t *testing.T) {
 // connection idle for 1 s without announcing it. The load mixes static
 // files (small, gzip-compressed by mod_deflate, and 100 KB) with CGI
 // answers (a process per request) and POSTs to a CGI script that logs
-// them, in two bursts about the idle timeout apart.
+// them, in two bursts about the idle timeout apart. Over TLS, lighttpd
+// negotiates HTTP/2 and ends a connection after 5 requests with GOAWAY:
+// every request of pipelined's must go over HTTP/2.
 func TestRealLighttpd(t *testing.T) {
+	for _, tls := range []bool{false, true} {
+		name := "HTTP/1.1"
+		if tls {
+			name = "HTTP/2 over TLS"
+		}
+		t.Run(name, func(t *testing.T) { testRealLighttpd(t, tls) })
+	}
+}
+
+func testRealLighttpd(t *testing.T, useTLS bool) {
 	verifyNoLeaks(t)
 	lighttpd := requireProgram(t, "lighttpd", "lighttpd", "/usr/sbin/lighttpd")
+	requireProgram(t, "lighttpd-mod-deflate", "/usr/lib/lighttpd/mod_deflate.so")
 	sh := requireProgram(t, "dash", "sh")
 	dir := t.TempDir()
 	www, postLog := filepath.Join(dir, "www"), filepath.Join(dir, "posts.log")
@@ -974,15 +997,7 @@ printf '%%s' "$REQUEST_URI"
 	if err := os.WriteFile(filepath.Join(www, "echo.sh"), []byte(script), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var addr string
-	for try := 0; ; try++ {
-		addr = freeAddr(t)
-		host, port, _ := net.SplitHostPort(addr)
-		cfg := fmt.Sprintf(`server.modules = ("mod_cgi", "mod_deflate", "mod_rewrite")
-server.bind = %q
-server.port = %s
-server.document-root = %q
-server.errorlog = %q
+	conf := fmt.Sprintf(`server.modules = ("mod_cgi", "mod_deflate", "mod_rewrite")
 server.max-keep-alive-requests = 4
 server.max-keep-alive-idle = 1
 cgi.assign = (".sh" => %q)
@@ -992,35 +1007,15 @@ $HTTP["url"] =~ "^/gz/" {
 	deflate.mimetypes = ("text/plain")
 	deflate.allowed-encodings = ("gzip")
 }
-`, host, port, www, filepath.Join(dir, "error.log"), sh)
-		path := filepath.Join(dir, fmt.Sprintf("lighttpd-%d.conf", try))
-		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		_, exited, out := startProcess(t, lighttpd, "-D", "-f", path)
-		if waitListening(addr, exited) {
-			break
-		}
-		if try >= 2 {
-			errLog, _ := os.ReadFile(filepath.Join(dir, "error.log"))
-			t.Fatalf("lighttpd did not start on %s:\n%s%s", addr, out.String(), errLog)
-		}
-	}
-	base := "http://" + addr
-	// A check of the test itself: the gz kind is compressed on the wire.
-	req, _ := http.NewRequest(http.MethodGet, base+"/gz/p0-3", nil)
-	req.Header.Set("Accept-Encoding", "gzip")
-	if resp, err := newTestTransport(t, TransportOptions{}).RoundTrip(req); err != nil {
-		t.Fatal(err)
-	} else if resp.Body.Close(); resp.Header.Get("Content-Encoding") != "gzip" {
-		t.Fatalf("GET /gz/p0-3: Content-Encoding %q, want gzip", resp.Header.Get("Content-Encoding"))
-	}
-	// What pipelined did, to check that the load pipelined requests and
-	// met the server's closes.
-	var pipelinedWrites, resends atomic.Int64
+`, sh)
+	scheme := "http"
+	// What pipelined did, to check that the load exercised what the test
+	// is about: pipelined requests and the server's closes over HTTP/1.1,
+	// HTTP/2 for every request over TLS.
+	var pipelinedWrites, resends, h2Heads, heads atomic.Int64
 	opts := TransportOptions{Observer: &Observer{
 		RequestWritten: func(e RequestEvent) {
-			if e.Pipelined {
+			if e.Pipelined && e.Protocol == "HTTP/1.1" {
 				pipelinedWrites.Add(1)
 			}
 		},
@@ -1029,7 +1024,29 @@ $HTTP["url"] =~ "^/gz/" {
 				resends.Add(1)
 			}
 		},
+		RequestHeaders: func(e RequestEvent) {
+			heads.Add(1)
+			if e.Protocol == "HTTP/2.0" {
+				h2Heads.Add(1)
+			}
+		},
 	}}
+	if useTLS {
+		requireProgram(t, "lighttpd-mod-openssl", "/usr/lib/lighttpd/mod_openssl.so")
+		roots, pemFile := selfSignedPEM(t, dir)
+		conf += fmt.Sprintf("server.modules += (\"mod_openssl\")\nssl.engine = \"enable\"\nssl.pemfile = %q\n", pemFile)
+		opts.TLSClientConfig = &tls.Config{RootCAs: roots}
+		scheme = "https"
+	}
+	base := scheme + "://" + startLighttpd(t, lighttpd, www, conf)
+	// A check of the test itself: the gz kind is compressed on the wire.
+	req, _ := http.NewRequest(http.MethodGet, base+"/gz/p0-3", nil)
+	req.Header.Set("Accept-Encoding", "gzip")
+	if resp, err := newTestTransport(t, TransportOptions{TLSClientConfig: opts.TLSClientConfig}).RoundTrip(req); err != nil {
+		t.Fatal(err)
+	} else if resp.Body.Close(); resp.Header.Get("Content-Encoding") != "gzip" {
+		t.Fatalf("GET /gz/p0-3: Content-Encoding %q, want gzip", resp.Header.Get("Content-Encoding"))
+	}
 	var ours, std []rsResult
 	for burst := range 2 {
 		if burst > 0 {
@@ -1038,8 +1055,12 @@ $HTTP["url"] =~ "^/gz/" {
 		o, s := runBothWith(t, opts, base, func(p string) []rsRequest { return plan(fmt.Sprintf("%s%d", p, burst)) }, 32, 8*time.Second)
 		ours, std = append(ours, o...), append(std, s...)
 	}
-	t.Logf("pipelined: %d requests written behind others, %d sent again", pipelinedWrites.Load(), resends.Load())
-	if pipelinedWrites.Load() == 0 || resends.Load() == 0 {
+	t.Logf("pipelined: %d heads (%d over HTTP/2), %d requests written behind others, %d sent again",
+		heads.Load(), h2Heads.Load(), pipelinedWrites.Load(), resends.Load())
+	switch {
+	case useTLS && h2Heads.Load() != heads.Load():
+		t.Errorf("%d of %d responses came over HTTP/2, want all", h2Heads.Load(), heads.Load())
+	case !useTLS && (pipelinedWrites.Load() == 0 || resends.Load() == 0):
 		t.Errorf("the load pipelined %d requests and resent %d: want some of each (the test's own check)", pipelinedWrites.Load(), resends.Load())
 	}
 	logged, err := os.ReadFile(postLog)
@@ -1051,4 +1072,69 @@ $HTTP["url"] =~ "^/gz/" {
 		posts[id]++
 	}
 	compareReal(t, ours, std, func(id string) int { return posts[id] }, true)
+}
+
+// selfSignedPEM writes a self-signed certificate for 127.0.0.1 and its
+// key to dir/cert.pem, and returns a pool trusting it and the file.
+func selfSignedPEM(t *testing.T, dir string) (*x509.CertPool, string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "cert.pem")
+	b := append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})...)
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return pool, file
+}
+
+// startLighttpd runs lighttpd on a free 127.0.0.1 port, serving root with
+// the configuration lines conf, and returns its address.
+func startLighttpd(t *testing.T, lighttpd, root, conf string) (addr string) {
+	t.Helper()
+	dir := t.TempDir()
+	errLog := filepath.Join(dir, "error.log")
+	for try := 0; ; try++ {
+		addr = freeAddr(t)
+		host, port, _ := net.SplitHostPort(addr)
+		cfg := fmt.Sprintf("server.bind = %q\nserver.port = %s\nserver.document-root = %q\nserver.errorlog = %q\n%s",
+			host, port, root, errLog, conf)
+		path := filepath.Join(dir, fmt.Sprintf("lighttpd-%d.conf", try))
+		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, exited, out := startProcess(t, lighttpd, "-D", "-f", path)
+		if waitListening(addr, exited) {
+			return addr
+		}
+		if try >= 2 {
+			b, _ := os.ReadFile(errLog)
+			t.Fatalf("lighttpd did not start on %s:\n%s%s", addr, out.String(), b)
+		}
+	}
 }
