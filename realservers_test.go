@@ -923,8 +923,8 @@ func TestRealNodeHedge(t *testing.T) {
 // files (small, gzip-compressed by mod_deflate, and 100 KB) with CGI
 // answers (a process per request) and POSTs to a CGI script that logs
 // them, in two bursts about the idle timeout apart. Over TLS, lighttpd
-// negotiates HTTP/2 and ends a connection after 5 requests with GOAWAY:
-// every request of pipelined's must go over HTTP/2.
+// negotiates HTTP/2 and allows 8 streams per connection (32 callers need
+// 4 connections): every request of pipelined's must go over HTTP/2.
 func TestRealLighttpd(t *testing.T) {
 	for _, tls := range []bool{false, true} {
 		name := "HTTP/1.1"
@@ -1012,7 +1012,7 @@ $HTTP["url"] =~ "^/gz/" {
 	// What pipelined did, to check that the load exercised what the test
 	// is about: pipelined requests and the server's closes over HTTP/1.1,
 	// HTTP/2 for every request over TLS.
-	var pipelinedWrites, resends, h2Heads, heads atomic.Int64
+	var pipelinedWrites, resends, h2Heads, heads, opened atomic.Int64
 	opts := TransportOptions{Observer: &Observer{
 		RequestWritten: func(e RequestEvent) {
 			if e.Pipelined && e.Protocol == "HTTP/1.1" {
@@ -1024,6 +1024,7 @@ $HTTP["url"] =~ "^/gz/" {
 				resends.Add(1)
 			}
 		},
+		ConnOpened: func(e ConnEvent) { opened.Add(1) },
 		RequestHeaders: func(e RequestEvent) {
 			heads.Add(1)
 			if e.Protocol == "HTTP/2.0" {
@@ -1055,8 +1056,8 @@ $HTTP["url"] =~ "^/gz/" {
 		o, s := runBothWith(t, opts, base, func(p string) []rsRequest { return plan(fmt.Sprintf("%s%d", p, burst)) }, 32, 8*time.Second)
 		ours, std = append(ours, o...), append(std, s...)
 	}
-	t.Logf("pipelined: %d heads (%d over HTTP/2), %d requests written behind others, %d sent again",
-		heads.Load(), h2Heads.Load(), pipelinedWrites.Load(), resends.Load())
+	t.Logf("pipelined: %d connections, %d heads (%d over HTTP/2), %d requests written behind others, %d sent again",
+		opened.Load(), heads.Load(), h2Heads.Load(), pipelinedWrites.Load(), resends.Load())
 	switch {
 	case useTLS && h2Heads.Load() != heads.Load():
 		t.Errorf("%d of %d responses came over HTTP/2, want all", h2Heads.Load(), heads.Load())
