@@ -304,7 +304,8 @@ func (h *h2Host) add(c *h2Conn) error {
 // stateChanged is c's state hook: a stream came free, a request ended, or
 // the connection became unusable. It may run inside a ClientConn method
 // called by any goroutine, so it takes no lock but mu and calls no user
-// code.
+// code. do also calls it after each RoundTrip, for the streams the hook
+// does not report.
 func (h *h2Host) stateChanged(c *h2Conn) {
 	// Err, InFlight and Available are read one at a time, so no
 	// combination of them is a snapshot: only Err decides. A connection
@@ -538,6 +539,13 @@ func (h *h2Host) do(req *http.Request, gotConnFired bool, queued *RequestEvent) 
 	if ob != nil {
 		defer func() { ob.done(resp, err) }()
 	}
+	// The deprecated Request.Cancel, while the request waits for a stream
+	// (legacycancel.go); once it has one, the standard library's client
+	// watches it.
+	wctx, endLegacy := h.t.legacyCancelContext(ctx, req)
+	if endLegacy != nil {
+		defer endLegacy()
+	}
 	dials := 0
 	cur := req
 	for retry := 0; ; retry++ {
@@ -545,7 +553,7 @@ func (h *h2Host) do(req *http.Request, gotConnFired bool, queued *RequestEvent) 
 			trace.GetConn(h.key.dialAddr())
 		}
 		ob.queued(retry)
-		c, info, err := h.acquire(ctx, &dials)
+		c, info, err := h.acquire(wctx, &dials)
 		if err != nil {
 			closeBody(cur)
 			return nil, err
@@ -558,6 +566,15 @@ func (h *h2Host) do(req *http.Request, gotConnFired bool, queued *RequestEvent) 
 		h.mu.Lock()
 		c.claims--
 		h.mu.Unlock()
+		// The state hook does not report a stream that began and ended
+		// between two of the ClientConn's looks at its state (it compares
+		// the free streams and those in flight with the last look's, and
+		// looks at the end of RoundTrip, not at its start): a short
+		// stream, over before RoundTrip returned, is never reported, and
+		// requests waiting for a stream would wait for ever. So the hook
+		// runs here too; a stream still open now ends after that look,
+		// and the hook reports it.
+		h.stateChanged(c)
 		if err == nil {
 			ob.headers(resp.StatusCode)
 			resp.Request = req
@@ -580,10 +597,10 @@ func (h *h2Host) do(req *http.Request, gotConnFired bool, queued *RequestEvent) 
 			tm := time.NewTimer(time.Duration(backoff * float64(time.Second)))
 			select {
 			case <-tm.C:
-			case <-ctx.Done():
+			case <-wctx.Done():
 				tm.Stop()
 				closeBody(cur)
-				return nil, context.Cause(ctx)
+				return nil, context.Cause(wctx)
 			}
 		}
 	}

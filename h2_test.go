@@ -768,3 +768,104 @@ func h2Parallel(t *testing.T, tr http.RoundTripper, url string, n int) {
 	}
 	wg.Wait()
 }
+
+// The deprecated Request.Cancel cancels a request that waits for an HTTP/2
+// stream (the connection's only stream is taken, and no other connection
+// may be opened), with net/http's error; once a request has its stream,
+// the standard library's client watches the channel.
+func TestH2LegacyCancelWhileWaiting(t *testing.T) {
+	verifyNoLeaks(t)
+	release := make(chan struct{})
+	srv, _ := h2TestServer(t, h2Prefer, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/hold":
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		case "/hang":
+			<-r.Context().Done()
+		}
+		io.WriteString(w, r.Proto)
+	}), &http.HTTP2Config{MaxConcurrentStreams: 1})
+	tr := newTestTransport(t, TransportOptions{TLSClientConfig: tlsRoots(srv), MaxConnsPerHost: 1})
+	h2Get(t, tr, srv.URL, nil) // learn the server's limit
+	held := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(parCtx(t), "GET", srv.URL+"/hold", nil)
+		resp, err := tr.RoundTrip(req)
+		if err == nil {
+			readBody(t, resp)
+		}
+		held <- err
+	}()
+	waitFor(t, "/hold in flight", func() bool { return tr.Stats()[srv.URL].Streams == 1 })
+	for _, stage := range []string{"waiting", "with its stream"} {
+		req, _ := http.NewRequest("GET", srv.URL+"/hang", nil)
+		cancel := make(chan struct{})
+		//lint:ignore SA1019 the deprecated field is what is tested.
+		req.Cancel = cancel
+		done := make(chan error, 1)
+		go func() {
+			resp, err := tr.RoundTrip(req)
+			if err == nil {
+				resp.Body.Close()
+				err = errors.New("answered")
+			}
+			done <- err
+		}()
+		if stage == "with its stream" {
+			close(release) // the first request ends: the second gets the stream
+			if err := <-held; err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the second request's stream", func() bool { return tr.Stats()[srv.URL].Streams == 1 })
+		} else {
+			waitFor(t, "a request queued", func() bool { return tr.Stats()[srv.URL].Queued == 1 })
+		}
+		close(cancel)
+		select {
+		case err := <-done:
+			if err == nil || err.Error() != "net/http: request canceled" {
+				t.Errorf("%s: RoundTrip error %v, want net/http: request canceled", stage, err)
+			}
+		case <-time.After(testTimeout):
+			t.Fatalf("%s: RoundTrip did not return after Cancel closed", stage)
+		}
+	}
+}
+
+// Requests waiting for an HTTP/2 stream get one when a stream ends, even a
+// stream too short for the ClientConn's state hook to see: the hook
+// compares the connection's state with its last look, which it takes at
+// the end of RoundTrip, so a stream that begins and ends between two looks
+// changes nothing it can see. With one stream and one connection allowed,
+// every request but one waits for another's end.
+func TestH2WaitersWakeAfterShortStreams(t *testing.T) {
+	verifyNoLeaks(t)
+	srv, _ := h2TestServer(t, h2Prefer, protoHandler(), &http.HTTP2Config{MaxConcurrentStreams: 1})
+	tr := newTestTransport(t, TransportOptions{TLSClientConfig: tlsRoots(srv), MaxConnsPerHost: 1})
+	h2Get(t, tr, srv.URL, nil) // learn the server's limit
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	var failed atomic.Int32
+	for range 8 {
+		wg.Go(func() {
+			for range 25 {
+				req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					failed.Add(1)
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
+	}
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		t.Fatalf("%d callers failed (%v): requests waited for a stream that had come free; stats %+v", n, context.Cause(ctx), tr.Stats()[srv.URL])
+	}
+}

@@ -24,15 +24,22 @@ import (
 // returns the function that ends the watch (once the caller is done with
 // the response), or nil if there is nothing to watch.
 func (t *Transport) watchLegacyCancel(r *request) (end func()) {
+	r.ctx, end = t.legacyCancelContext(r.ctx, r.req)
+	return end
+}
+
+// legacyCancelContext returns ctx, req's context, cancelled when
+// req.Cancel closes if that must be watched, and the function that ends
+// the watch (nil if there is nothing to watch, and ctx is returned).
+func (t *Transport) legacyCancelContext(ctx context.Context, req *http.Request) (context.Context, func()) {
 	//lint:ignore SA1019 deprecated, but still honoured by net/http's Transport.
-	cancelCh := r.req.Cancel
-	if cancelCh == nil || r.ctx.Done() != nil {
-		return nil
+	cancelCh := req.Cancel
+	if cancelCh == nil || ctx.Done() != nil {
+		return ctx, nil
 	}
 	// The parent can never be cancelled: the child is registered nowhere,
 	// and needs its cancel only when Cancel closes.
-	ctx, cancel := context.WithCancelCause(r.ctx)
-	r.ctx = ctx
+	ctx, cancel := context.WithCancelCause(ctx)
 	stop := make(chan struct{})
 	go func() {
 		select {
@@ -43,7 +50,7 @@ func (t *Transport) watchLegacyCancel(r *request) (end func()) {
 		}
 	}()
 	var once sync.Once
-	return func() { once.Do(func() { close(stop) }) }
+	return ctx, func() { once.Do(func() { close(stop) }) }
 }
 
 // endLegacyCancel arranges for end to run once the caller is done with

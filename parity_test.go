@@ -1075,7 +1075,7 @@ func TestLegacyRequestCancel(t *testing.T) {
 	watching := func() int {
 		n := 0
 		for _, s := range goroutineStacks() {
-			if strings.Contains(s, "watchLegacyCancel") {
+			if strings.Contains(s, "legacyCancelContext") {
 				n++
 			}
 		}
