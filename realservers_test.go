@@ -1045,6 +1045,10 @@ $HTTP["url"] =~ "^/gz/" {
 		scheme = "https"
 		if !useH2 {
 			conf += "server.feature-flags += (\"server.h2proto\" => \"disable\")\n"
+		} else {
+			// 2 connections of 8 streams for 32 callers: half of them
+			// wait for a stream at any time.
+			opts.MaxConnsPerHost = 2
 		}
 	}
 	base := scheme + "://" + startLighttpd(t, lighttpd, www, conf)
