@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -35,6 +36,13 @@ const (
 // counts the connections it accepts.
 func h2TestServer(t *testing.T, kind string, h http.Handler, cfg *http.HTTP2Config) (*httptest.Server, *atomic.Int32) {
 	t.Helper()
+	return h2TestServerWith(t, kind, h, func(s *http.Server) { s.HTTP2 = cfg })
+}
+
+// h2TestServerWith is h2TestServer with the server's configuration set by
+// configure before it starts.
+func h2TestServerWith(t *testing.T, kind string, h http.Handler, configure func(*http.Server)) (*httptest.Server, *atomic.Int32) {
+	t.Helper()
 	srv := httptest.NewUnstartedServer(h)
 	accepted := new(atomic.Int32)
 	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
@@ -42,7 +50,7 @@ func h2TestServer(t *testing.T, kind string, h http.Handler, cfg *http.HTTP2Conf
 			accepted.Add(1)
 		}
 	}
-	srv.Config.HTTP2 = cfg
+	configure(srv.Config)
 	var p http.Protocols
 	switch kind {
 	case h2Prefer:
@@ -867,5 +875,103 @@ func TestH2WaitersWakeAfterShortStreams(t *testing.T) {
 	wg.Wait()
 	if n := failed.Load(); n > 0 {
 		t.Fatalf("%d callers failed (%v): requests waited for a stream that had come free; stats %+v", n, context.Cause(ctx), tr.Stats()[srv.URL])
+	}
+}
+
+// TestDifferentialH2Load runs the same load, GETs (short, slower, 200 KB)
+// and POSTs from callers that pause at random, through pipelined and
+// net/http at once against HTTP/2 servers that allow one stream or three
+// per connection, or close idle connections after a few milliseconds
+// (GOAWAY, then close: a request may meet a connection as it goes), both
+// clients allowed 2 connections. Every answer must be the caller's own, no
+// POST may run twice, and pipelined may fail only where net/http fails
+// too.
+func TestDifferentialH2Load(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		streams uint32
+		idle    time.Duration
+	}{
+		{"one stream", 1, 0},
+		{"3 streams, 30ms idle timeout", 3, 30 * time.Millisecond},
+		{"10ms idle timeout", 0, 10 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			verifyNoLeaks(t)
+			var posts sync.Map // id → *atomic.Int32, runs of the POST
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				b, _ := io.ReadAll(r.Body)
+				if r.Method == http.MethodPost {
+					v, _ := posts.LoadOrStore(string(b), new(atomic.Int32))
+					v.(*atomic.Int32).Add(1)
+				}
+				switch {
+				case strings.HasPrefix(r.URL.Path, "/slow/"):
+					time.Sleep(5 * time.Millisecond)
+				case strings.HasPrefix(r.URL.Path, "/big/"):
+					w.Write(bytes.Repeat([]byte(r.URL.Path), 200<<10/len(r.URL.Path)))
+					return
+				}
+				fmt.Fprintf(w, "%s %s", r.URL.Path, b)
+			})
+			srv, _ := h2TestServerWith(t, h2Prefer, h, func(s *http.Server) {
+				s.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: int(tc.streams)}
+				s.IdleTimeout = tc.idle
+			})
+			run := func(prefix string, rt http.RoundTripper) (failed []string) {
+				var mu sync.Mutex
+				var wg sync.WaitGroup
+				for g := range 8 {
+					wg.Go(func() {
+						rng := rand.New(rand.NewPCG(uint64(g), 1))
+						for i := range 20 {
+							time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond)
+							id := fmt.Sprintf("%s-%d-%d", prefix, g, i)
+							path := []string{"/get/", "/slow/", "/big/"}[i%3] + id
+							method, body, want := http.MethodGet, "", path+" "
+							if i%4 == 1 {
+								method, body, want = http.MethodPost, id, path+" "+id
+							}
+							if strings.HasPrefix(path, "/big/") {
+								want = string(bytes.Repeat([]byte(path), 200<<10/len(path)))
+							}
+							ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+							req, _ := http.NewRequestWithContext(ctx, method, srv.URL+path, strings.NewReader(body))
+							got, err := "", error(nil)
+							resp, err := rt.RoundTrip(req)
+							if err == nil {
+								got = readBody(t, resp)
+							}
+							cancel()
+							if err != nil || got != want {
+								mu.Lock()
+								failed = append(failed, fmt.Sprintf("%s %s: %v %.40q", method, path, err, got))
+								mu.Unlock()
+							}
+						}
+					})
+				}
+				wg.Wait()
+				return failed
+			}
+			ours := newTestTransport(t, TransportOptions{TLSClientConfig: tlsRoots(srv), MaxConnsPerHost: 2})
+			std := &http.Transport{TLSClientConfig: tlsRoots(srv), ForceAttemptHTTP2: true, MaxConnsPerHost: 2}
+			defer std.CloseIdleConnections()
+			var fo, fs []string
+			var wg sync.WaitGroup
+			wg.Go(func() { fo = run("p", ours) })
+			wg.Go(func() { fs = run("n", std) })
+			wg.Wait()
+			t.Logf("failed: pipelined %d, net/http %d", len(fo), len(fs))
+			if len(fo) > 0 && len(fs) == 0 {
+				t.Errorf("pipelined failed %d requests where net/http failed none, e.g. %s", len(fo), fo[0])
+			}
+			posts.Range(func(k, v any) bool {
+				if n := v.(*atomic.Int32).Load(); n > 1 {
+					t.Errorf("POST %s ran %d times", k, n)
+				}
+				return true
+			})
+		})
 	}
 }
