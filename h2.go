@@ -31,6 +31,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
@@ -206,6 +207,16 @@ type h2Host struct {
 	gen     uint64        // counts the changes that may free a stream
 	changed chan struct{} // closed and replaced on a change if queued > 0
 	closed  bool
+
+	// demoted: the host's latest dial negotiated HTTP/1.1 (another server
+	// at the same address, or a configuration changed): its requests go
+	// to the HTTP/1 pool, as net/http follows each connection's protocol.
+	// Set by this side's dial, under mu; cleared by hostPool.h2Dialed when
+	// a dial of the HTTP/1 pool negotiates h2 again; read without a lock.
+	demoted atomic.Bool
+	// toH1 hands a connection that negotiated HTTP/1.1 to the HTTP/1 pool
+	// (hostPool.h1Dialed), with the time its dial took.
+	toH1 func(net.Conn, *tls.ConnectionState, time.Duration)
 }
 
 // h2Conn is one HTTP/2 connection of an h2Host.
@@ -388,6 +399,10 @@ func (h *h2Host) acquire(ctx context.Context, dials *int) (*h2Conn, httptrace.Go
 			h.mu.Unlock()
 			return nil, httptrace.GotConnInfo{}, ErrTransportClosed
 		}
+		if h.demoted.Load() {
+			h.mu.Unlock()
+			return nil, httptrace.GotConnInfo{}, errUseH1
+		}
 		gen := h.gen
 		conns := buf[:0]
 		for _, c := range h.conns {
@@ -477,16 +492,22 @@ func (h *h2Host) startDialLocked(reqCtx context.Context) chan error {
 	go func() {
 		defer t.wg.Done()
 		stop := context.AfterFunc(t.ctx, cancel)
+		start := time.Now()
 		conn, state, err := h.dial(ctx)
+		took := time.Since(start)
 		stop()
 		cancel()
 		if err == nil && !t.isH2(h.key, state) {
-			conn.Close()
-			proto := "none"
-			if state != nil && state.NegotiatedProtocol != "" {
-				proto = state.NegotiatedProtocol
-			}
-			err = fmt.Errorf("pipelined: %s negotiated ALPN protocol %s on a new connection after h2", h.key.addr, proto)
+			// RFC 7301 §3.2: the connection speaks the protocol it
+			// negotiated, HTTP/1.1 here. The host turns back to HTTP/1.1,
+			// its requests moving to the HTTP/1 pool, which takes the
+			// connection.
+			h.mu.Lock()
+			h.demoted.Store(true)
+			h.broadcastLocked()
+			h.mu.Unlock()
+			h.toH1(conn, state, took)
+			err = errUseH1
 		}
 		var c *h2Conn
 		if err == nil {
@@ -537,7 +558,11 @@ func (h *h2Host) do(req *http.Request, gotConnFired bool, queued *RequestEvent) 
 		ob = &h2Obs{o: h.t.opts.Observer, ev: *queued, first: queued.Attempt, redirected: true}
 	}
 	if ob != nil {
-		defer func() { ob.done(resp, err) }()
+		defer func() {
+			if _, moved := err.(*useH1); !moved { // the HTTP/1 side reports the rest
+				ob.done(resp, err)
+			}
+		}()
 	}
 	// The deprecated Request.Cancel, while the request waits for a stream
 	// (legacycancel.go); once it has one, the standard library's client
@@ -554,6 +579,10 @@ func (h *h2Host) do(req *http.Request, gotConnFired bool, queued *RequestEvent) 
 		}
 		ob.queued(retry)
 		c, info, err := h.acquire(wctx, &dials)
+		if err == errUseH1 {
+			// Nothing was sent: cur goes to the HTTP/1 pool as it is.
+			return nil, &useH1{req: cur, ev: ob.event()}
+		}
 		if err != nil {
 			closeBody(cur)
 			return nil, err
@@ -756,6 +785,9 @@ func h2Stats(h *h2Host, s *HostStats) {
 	}
 	open, dialing, idle, inflight, queued := h.stats()
 	s.Protocol = "HTTP/2.0"
+	if h.demoted.Load() {
+		s.Protocol = "HTTP/1.1" // its HTTP/2 connections count until they close
+	}
 	s.Open += open
 	s.Dialing += dialing
 	s.Idle += idle
@@ -773,6 +805,49 @@ type useH2 struct{ h *h2Host }
 
 func (*useH2) Error() string { return "pipelined: host speaks HTTP/2" }
 
+// errUseH1 is what acquire returns once the host turned back to HTTP/1.1
+// (h2Host.demoted); h2Host.do returns it to hostPool.roundTrip as a
+// *useH1.
+var errUseH1 = errors.New("pipelined: host speaks HTTP/1.1 again")
+
+// useH1 is the error h2Host.do returns for a request that waited for a
+// stream while the host turned back to HTTP/1.1: hostPool.roundTrip sends
+// req (the caller's, or its rewound copy after a retry) through the
+// HTTP/1 pool, body untouched; ev is its latest Observer event, nil
+// without an Observer.
+type useH1 struct {
+	req *http.Request
+	ev  *RequestEvent
+}
+
+func (*useH1) Error() string { return errUseH1.Error() }
+
+// speaksH2 returns p's h2Host if the host speaks HTTP/2, else nil.
+func (p *hostPool) speaksH2() *h2Host {
+	if h := p.h2.Load(); h != nil && !h.demoted.Load() {
+		return h
+	}
+	return nil
+}
+
+// h1Dialed takes a connection that p's h2Host dialed in took and that
+// negotiated HTTP/1.1 (h2Host.demoted is set): it joins p.
+func (p *hostPool) h1Dialed(conn net.Conn, state *tls.ConnectionState, took time.Duration) {
+	c := newPconn(p.t, p, conn, state)
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		conn.Close()
+		return
+	}
+	ev := p.joinLocked(c, took)
+	p.dispatchLocked()
+	p.mu.Unlock()
+	if o := p.t.opts.Observer; o != nil && o.ConnOpened != nil {
+		o.ConnOpened(ev)
+	}
+}
+
 // h2Host returns p's h2Host, creating it; p.mu is held.
 func (p *hostPool) h2HostLocked() *h2Host {
 	h := p.h2.Load()
@@ -781,6 +856,7 @@ func (p *hostPool) h2HostLocked() *h2Host {
 		h = newH2Host(t, key, func(ctx context.Context) (net.Conn, *tls.ConnectionState, error) {
 			return t.dial(ctx, key)
 		})
+		h.toH1 = p.h1Dialed
 		p.h2.Store(h)
 	}
 	return h
@@ -800,7 +876,8 @@ func (p *hostPool) h2Dialed(d *dialHandle, conn net.Conn, state *tls.ConnectionS
 		return
 	}
 	h := p.h2HostLocked()
-	h.beginAdopt() // requests that find p.h2 set wait for this connection
+	h.demoted.Store(false) // if it had turned back to HTTP/1.1
+	h.beginAdopt()         // requests that find p.h2 set wait for this connection
 	p.mu.Unlock()
 	// Before the waiters move, so that they find it rather than dial.
 	h.adopt(conn, state) // on failure, the waiters dial over there
@@ -825,6 +902,17 @@ type h2Obs struct {
 	// redirected: the first attempt was queued, and reported, by the
 	// HTTP/1 pool (hostPool.roundTrip).
 	redirected bool
+}
+
+// event is the request's latest event, with the time queued since, for
+// the HTTP/1 side to go on from (nil without an Observer).
+func (b *h2Obs) event() *RequestEvent {
+	if b == nil {
+		return nil
+	}
+	ev := b.ev
+	ev.QueueTime += time.Since(b.queuedAt)
+	return &ev
 }
 
 func (h *h2Host) newObs(req *http.Request) *h2Obs {

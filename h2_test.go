@@ -975,3 +975,98 @@ func TestDifferentialH2Load(t *testing.T) {
 		})
 	}
 }
+
+// A host that spoke HTTP/2 and whose new connection negotiates HTTP/1.1
+// (another server at the same address, a configuration changed) turns back
+// to HTTP/1.1, as net/http follows each connection's protocol: the
+// requests waiting for a stream move to the HTTP/1 pool, bodies intact,
+// and a later connection that negotiates h2 turns it to HTTP/2 again. The
+// Observer's events stay balanced across the moves.
+func TestH2HostTurnsBackToHTTP1(t *testing.T) {
+	verifyNoLeaks(t)
+	var h1only atomic.Bool
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "%s %s", r.Proto, b)
+	}))
+	srv.EnableHTTP2 = true
+	srv.TLS = &tls.Config{NextProtos: []string{"h2", "http/1.1"}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	h1 := srv.TLS.Clone()
+	h1.NextProtos = []string{"http/1.1"}
+	srv.TLS.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		if h1only.Load() {
+			return h1, nil
+		}
+		return nil, nil
+	}
+	var mu sync.Mutex
+	var queued, resent, assigned, done int
+	var problems []string
+	obs := &Observer{
+		RequestQueued: func(ev RequestEvent) {
+			mu.Lock()
+			defer mu.Unlock()
+			queued++
+			if ev.Resend != ResendNone {
+				resent++
+			}
+		},
+		RequestAssigned: func(RequestEvent) { mu.Lock(); assigned++; mu.Unlock() },
+		RequestDone: func(ev RequestEvent) {
+			mu.Lock()
+			defer mu.Unlock()
+			done++
+			if ev.Err != nil || ev.Protocol == "" {
+				problems = append(problems, fmt.Sprintf("RequestDone %+v", ev))
+			}
+		},
+	}
+	tr := newTestTransport(t, TransportOptions{TLSClientConfig: tlsRoots(srv), Observer: obs})
+	send := func(method, body string) string {
+		req, _ := http.NewRequestWithContext(parCtx(t), method, srv.URL, strings.NewReader(body))
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		if resp.Request != req {
+			t.Errorf("%s: resp.Request is not the caller's request", method)
+		}
+		return readBody(t, resp)
+	}
+	protocol := func() string { return tr.Stats()[srv.URL].Protocol }
+	for i, phase := range []struct {
+		h1only bool
+		want   string
+	}{{false, "HTTP/2.0"}, {true, "HTTP/1.1"}, {false, "HTTP/2.0"}, {true, "HTTP/1.1"}} {
+		h1only.Store(phase.h1only)
+		tr.CloseIdleConnections()
+		// Several at once: one dials, the others wait for it.
+		var wg sync.WaitGroup
+		for j := range 6 {
+			wg.Go(func() {
+				method := http.MethodGet
+				if j%2 == 0 {
+					method = http.MethodPost
+				}
+				body := fmt.Sprintf("%d-%d", i, j)
+				if got, want := send(method, body), phase.want+" "+body; got != want {
+					t.Errorf("phase %d: %s = %q, want %q", i, method, got, want)
+				}
+			})
+		}
+		wg.Wait()
+		if p := protocol(); p != phase.want {
+			t.Errorf("phase %d: Stats Protocol %q, want %q", i, p, phase.want)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, p := range problems {
+		t.Error(p)
+	}
+	if done != 24 || queued != assigned || queued-resent != done {
+		t.Errorf("queued %d (%d sent again), assigned %d, done %d: want 24 done, queued = assigned = done + sent again", queued, resent, assigned, done)
+	}
+}

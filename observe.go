@@ -18,6 +18,10 @@ type requestObs struct {
 	start      time.Time
 	host, addr string
 	queueTime  time.Duration
+	// moved is the last event of the request's attempt on the HTTP/2 side
+	// when it moved to the HTTP/1 pool unsent (useH1): the HTTP/1 pool's
+	// first attempt continues it, unreported as queued again.
+	moved *RequestEvent
 	last       *attempt // the latest attempt
 	// copy is the request's copy, if one was sent (hostPool.lateHead,
 	// before the copy starts): RequestDone reports its attempt if its

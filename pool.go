@@ -196,22 +196,28 @@ func (p *hostPool) startDialLocked(reqCtx context.Context) {
 			conn.Close()
 			return
 		}
-		p.conns = append(p.conns, c)
-		p.learned = true
-		if p.dialTook == 0 || took < p.dialTook {
-			p.dialTook = took
-		}
-		p.startGraceLocked(took)
-		p.startIdleTimerLocked(c)
-		t.wg.Add(1)
-		go c.readLoop()
-		ev := p.connEvent(c, c.s.opened, false)
+		ev := p.joinLocked(c, took)
 		p.dispatchLocked()
 		p.mu.Unlock()
 		if o := t.opts.Observer; o != nil && o.ConnOpened != nil {
 			o.ConnOpened(ev)
 		}
 	}()
+}
+
+// joinLocked adds c, dialed in took, to p and starts its reader. It returns
+// c's ConnOpened event, for the caller to report once mu is released.
+func (p *hostPool) joinLocked(c *pconn, took time.Duration) ConnEvent {
+	p.conns = append(p.conns, c)
+	p.learned = true
+	if p.dialTook == 0 || took < p.dialTook {
+		p.dialTook = took
+	}
+	p.startGraceLocked(took)
+	p.startIdleTimerLocked(c)
+	p.t.wg.Add(1)
+	go c.readLoop()
+	return p.connEvent(c, c.s.opened, false)
 }
 
 // assignLocked reserves a place for a on c and returns what the GotConn
@@ -681,7 +687,7 @@ func (p *hostPool) gainsLocked() bool {
 // per-connection budget, recent pipeline failures or a depth fallback, or
 // a verdict on pipelining. Such a pool is not forgotten when it empties.
 func (p *hostPool) learnedLocked() bool {
-	if p.h2.Load() != nil { // the host speaks HTTP/2; the pool holds its h2Host
+	if p.h2.Load() != nil { // the host spoke HTTP/2; the pool holds its h2Host
 		return true
 	}
 	if p.budget > 0 || p.quietClose > 0 || len(p.pipeFailures) > 0 || p.serial >= serialRevoke {

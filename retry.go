@@ -3,6 +3,7 @@ package pipelined
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 )
@@ -83,10 +84,18 @@ func checkRetry(replayable, alone bool, o outcome) decision {
 // roundTrip sends req on one of p's connections, retrying where checkRetry
 // allows.
 func (p *hostPool) roundTrip(req *http.Request) (*http.Response, error) {
-	if h := p.h2.Load(); h != nil {
-		return h.roundTrip(req)
+	sent := req // what the HTTP/1 pool sends
+	var from *useH1
+	if h := p.speaksH2(); h != nil {
+		resp, err := h.roundTrip(req)
+		u, ok := err.(*useH1)
+		if !ok {
+			return resp, err
+		}
+		// The host turned back to HTTP/1.1 while req waited for a stream.
+		from, sent = u, u.req
 	}
-	r := newRequest(p.t, req, p.key)
+	r := newRequest(p.t, sent, p.key)
 	if p.key.forwardProxy() {
 		// An http:// target through an HTTP(S) proxy: RFC 9112 §3.2.2
 		// absolute form, with the proxy's credentials. Tunnels (CONNECT,
@@ -97,14 +106,26 @@ func (p *hostPool) roundTrip(req *http.Request) (*http.Response, error) {
 	o := p.t.opts.Observer
 	if o != nil {
 		r.obs = &requestObs{start: time.Now(), host: p.name, addr: p.key.addr}
+		if from != nil && from.ev != nil { // the request goes on from its HTTP/2 attempt
+			r.obs.start, r.obs.queueTime, r.obs.moved = from.ev.Start, from.ev.QueueTime, from.ev
+		}
 	}
 	endLegacy := p.t.watchLegacyCancel(r)
 	resp, err := p.roundTripAttempts(r)
 	redirected := false
 	if u, ok := err.(*useH2); ok { // the host turned out to speak HTTP/2
-		resp, err = u.h.redirect(req, redirectEvent(o, r))
+		resp, err = u.h.redirect(sent, redirectEvent(o, r))
 		r.bodyUsed = true // the HTTP/2 side owns the body and reports the rest
 		redirected = true
+		if _, ok := err.(*useH1); ok {
+			// And back to HTTP/1.1 meanwhile: the host changes protocol
+			// faster than requests move.
+			closeBody(sent)
+			err = fmt.Errorf("pipelined: %s changed protocol twice while a request waited: %w", p.key.addr, errUseH1)
+		}
+	}
+	if from != nil && resp != nil {
+		resp.Request = req // not the rewound copy
 	}
 	if err != nil && !r.bodyUsed {
 		closeBody(req)
@@ -164,6 +185,12 @@ func (p *hostPool) roundTripAttempts(r *request) (*http.Response, error) {
 	o := p.t.opts.Observer
 	var n int32
 	cause := ResendNone
+	continued := false
+	if r.obs != nil && r.obs.moved != nil {
+		// Moved from the HTTP/2 side, where its attempt was queued (and
+		// reported so), not sent: the first attempt here continues it.
+		n, cause, continued = int32(r.obs.moved.Attempt)-1, r.obs.moved.Resend, true
+	}
 	if r.copyOf != nil {
 		n, cause = r.copyOf.n, ResendHedge // numbered after the attempt it copies
 	}
@@ -177,9 +204,10 @@ func (p *hostPool) roundTripAttempts(r *request) (*http.Response, error) {
 		if o != nil {
 			r.obs.last = a
 			a.queuedAt = monoNow()
-			if o.RequestQueued != nil {
+			if o.RequestQueued != nil && !continued {
 				observeQueued(o, a)
 			}
+			continued = false
 		}
 		c, err := p.acquire(a)
 		for err == errPoolGone {

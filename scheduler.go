@@ -135,7 +135,7 @@ func (p *hostPool) place(a *attempt) (*pconn, httptrace.GotConnInfo, error) {
 		p.mu.Unlock()
 		return nil, httptrace.GotConnInfo{}, errPoolGone
 	}
-	if h := p.h2.Load(); h != nil {
+	if h := p.speaksH2(); h != nil {
 		p.mu.Unlock()
 		return nil, httptrace.GotConnInfo{}, &useH2{h}
 	}
