@@ -22,7 +22,7 @@ type requestObs struct {
 	// when it moved to the HTTP/1 pool unsent (useH1): the HTTP/1 pool's
 	// first attempt continues it, unreported as queued again.
 	moved *RequestEvent
-	last       *attempt // the latest attempt
+	last  *attempt // the latest attempt
 	// copy is the request's copy, if one was sent (hostPool.lateHead,
 	// before the copy starts): RequestDone reports its attempt if its
 	// answer won.
