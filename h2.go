@@ -350,8 +350,10 @@ func (h *h2Host) observeConn(c *h2Conn, opened bool, err error) {
 	}
 }
 
-// observeClosed reports c closed: by us for why, or else by the server
-// (GOAWAY, close) or an error err.
+// observeClosed reports c closed: by us for why, or else (why 0) by the
+// server, CloseServer. The standard library's ClientConn says only that it
+// is closed (Err: "connection closed"), not whether the server sent
+// GOAWAY, closed or reset it, nor after what error.
 func (h *h2Host) observeClosed(c *h2Conn, why CloseReason, err error) {
 	o := h.t.opts.Observer
 	if o == nil || o.ConnClosed == nil {
@@ -360,9 +362,6 @@ func (h *h2Host) observeClosed(c *h2Conn, why CloseReason, err error) {
 	ev := ConnEvent{Time: time.Now(), ID: c.id, Host: h.key.String(), Addr: h.key.addr, Protocol: protoHTTP2, Opened: c.opened, Reason: why}
 	if why == 0 {
 		ev.Reason = CloseServer
-		if err != nil && !strings.Contains(err.Error(), "GOAWAY") && !errors.Is(err, net.ErrClosed) {
-			ev.Reason, ev.Err = CloseError, err
-		}
 	}
 	o.ConnClosed(ev)
 }

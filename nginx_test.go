@@ -22,11 +22,14 @@ type nginxOptions struct {
 	keepaliveRequests int  // keepalive_requests
 	master            bool // run a master process (needed for reloads)
 	accessLog         bool // log "$request_method $request_uri" lines to nginxServer.accessLog
+	// tlsPEM, if set, is a file with a certificate and its key: nginx
+	// listens with TLS and offers HTTP/2 (base is https://).
+	tlsPEM string
 }
 
 // nginxServer is a running nginx (see startNginxServer).
 type nginxServer struct {
-	base      string // http://127.0.0.1:port
+	base      string // http://127.0.0.1:port, or https://
 	accessLog string // path of the access log, if enabled
 	cmd       *exec.Cmd
 	stop      func() // stops nginx; idempotent, also run at the end of the test
@@ -85,6 +88,12 @@ func startNginxServer(t *testing.T, o nginxOptions) *nginxServer {
 				user = "user root;\n" // workers read the temporary directory
 			}
 		}
+		listen, scheme := addr, "http"
+		if o.tlsPEM != "" {
+			// The listen parameter, not nginx 1.25's "http2 on": Debian 12
+			// ships 1.22.
+			listen, scheme = fmt.Sprintf("%s ssl http2;\n\t\tssl_certificate %s;\n\t\tssl_certificate_key %[2]s", addr, o.tlsPEM), "https"
+		}
 		if o.accessLog {
 			logPath = filepath.Join(dir, "access.log")
 			accessLog = "log_format ids '$request_method $request_uri';\n\taccess_log " + logPath + " ids;"
@@ -105,7 +114,7 @@ http {
 		location / { return 200 $request_uri; }
 	}
 }
-`, dir, temps.String(), o.keepaliveRequests, addr, master, user, accessLog)
+`, dir, temps.String(), o.keepaliveRequests, listen, master, user, accessLog)
 		confPath := filepath.Join(dir, "nginx.conf")
 		if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
 			t.Fatal(err)
@@ -149,7 +158,7 @@ http {
 		}
 		if ready {
 			t.Cleanup(stop)
-			return &nginxServer{base: "http://" + addr, accessLog: logPath, cmd: cmd, stop: stop}
+			return &nginxServer{base: scheme + "://" + addr, accessLog: logPath, cmd: cmd, stop: stop}
 		}
 		stop()
 		logs, _ := os.ReadFile(filepath.Join(dir, "error.log"))

@@ -247,7 +247,9 @@ const (
 
 	// CloseServer: the server closed the connection, or said it would
 	// ("Connection: close", HTTP/1.0 without keep-alive, a body delimited
-	// by the end of the connection, GOAWAY).
+	// by the end of the connection, GOAWAY). Over HTTP/2, every end the
+	// client did not cause: the standard library's connection does not
+	// say whether the server sent GOAWAY, closed it or reset it.
 	CloseServer
 
 	// CloseKeepAliveEnd: the server's "Keep-Alive: timeout=, max=" limit

@@ -754,30 +754,46 @@ func TestRealNginxReload(t *testing.T) {
 		}
 		return http.MethodGet, "get"
 	}
+	// Eight reloads 30 ms apart; the load goes on, round after round,
+	// until they are done (a round of 150 requests takes tens of
+	// milliseconds).
+	const reloads = 8
+	var reloaded atomic.Int32
 	stop := make(chan struct{})
-	reloaded := make(chan int)
+	done := make(chan struct{})
 	go func() {
-		n := 0
-		defer func() { reloaded <- n }()
-		for {
+		defer close(done)
+		for reloaded.Load() < reloads {
 			select {
 			case <-stop:
 				return
-			case <-time.After(150 * time.Millisecond):
+			case <-time.After(30 * time.Millisecond):
 			}
-			if n < 10 && ng.reload() == nil {
-				n++
+			if ng.reload() == nil {
+				reloaded.Add(1)
 			}
 		}
 	}()
 	var ours, std []rsResult
-	for round := range 4 {
+	for round := 0; round < 4 || reloaded.Load() < reloads && round < 100; round++ {
 		o, s := runBoth(t, ng.base, func(p string) []rsRequest { return rsPlan(fmt.Sprintf("%s%d", p, round), 150, kinds, true) }, 32, 8*time.Second)
 		ours, std = append(ours, o...), append(std, s...)
 	}
 	close(stop)
-	t.Logf("%d reloads during the load", <-reloaded)
-	ng.stop() // flushes the access log
+	<-done
+	t.Logf("%d reloads during the load of %d requests", reloaded.Load(), len(ours))
+	if reloaded.Load() < reloads {
+		t.Errorf("%d reloads during the load, want %d (the test's own check)", reloaded.Load(), reloads)
+	}
+	posts := nginxPosts(t, ng)
+	compareReal(t, ours, std, func(id string) int { return posts[id] }, true)
+}
+
+// nginxPosts stops ng, which flushes its access log, and counts the POSTs
+// of /post/<id> it logged, by id.
+func nginxPosts(t *testing.T, ng *nginxServer) map[string]int {
+	t.Helper()
+	ng.stop()
 	f, err := os.Open(ng.accessLog)
 	if err != nil {
 		t.Fatal(err)
@@ -790,7 +806,48 @@ func TestRealNginxReload(t *testing.T) {
 			posts[strings.TrimPrefix(uri, "/post/")]++
 		}
 	}
-	compareReal(t, ours, std, func(id string) int { return posts[id] }, true)
+	return posts
+}
+
+// TestRealNginxH2 runs GETs and POSTs through both transports against nginx
+// over TLS with HTTP/2, which ends each connection after 10 requests
+// (keepalive_requests: GOAWAY, RFC 9113 §6.8, the requests above its last
+// stream sent again on another connection). Every response of pipelined's
+// must come over HTTP/2; POSTs are counted in the access log.
+func TestRealNginxH2(t *testing.T) {
+	verifyNoLeaks(t)
+	roots, pem := selfSignedPEM(t, t.TempDir())
+	ng := startNginxServer(t, nginxOptions{keepaliveRequests: 10, accessLog: true, tlsPEM: pem})
+	kinds := func(i int) (string, string) {
+		if i%4 == 1 {
+			return http.MethodPost, "post"
+		}
+		return http.MethodGet, "get"
+	}
+	var heads, h2Heads, goaways atomic.Int64
+	opts := TransportOptions{
+		TLSClientConfig: &tls.Config{RootCAs: roots},
+		Observer: &Observer{
+			RequestHeaders: func(e RequestEvent) {
+				heads.Add(1)
+				if e.Protocol == "HTTP/2.0" {
+					h2Heads.Add(1)
+				}
+			},
+			ConnClosed: func(e ConnEvent) {
+				if e.Protocol == "HTTP/2.0" && e.Reason == CloseServer {
+					goaways.Add(1)
+				}
+			},
+		},
+	}
+	ours, std := runBothWith(t, opts, ng.base, func(p string) []rsRequest { return rsPlan(p, 200, kinds, true) }, 24, 8*time.Second)
+	t.Logf("pipelined: %d heads, %d over HTTP/2; %d connections ended by the server", heads.Load(), h2Heads.Load(), goaways.Load())
+	if h2Heads.Load() != heads.Load() || goaways.Load() == 0 {
+		t.Errorf("%d of %d responses over HTTP/2, want all; %d connections ended by the server, want some (the test's own check)", h2Heads.Load(), heads.Load(), goaways.Load())
+	}
+	posts := nginxPosts(t, ng)
+	compareReal(t, ours, std, func(id string) int { return posts[id] }, false)
 }
 
 // TestRealNodeUploads sends request bodies of 300 KiB and 1 MiB (in memory,
