@@ -217,6 +217,16 @@ type h2Host struct {
 	// toH1 hands a connection that negotiated HTTP/1.1 to the HTTP/1 pool
 	// (hostPool.h1Dialed), with the time its dial took.
 	toH1 func(net.Conn, *tls.ConnectionState, time.Duration)
+	// onEmpty runs when the host may have nothing left (no connection,
+	// dial, waiter or user): Transport.removeIfEmpty of its pool, which
+	// forgets both sides and sets gone. users counts the requests that
+	// hold the h2Host (speaksH2, a useH2 given) until h2Host.do ends: the
+	// host is not gone while one does, and a request that finds it gone
+	// does not use it (both atomics, so that one of the two sees the
+	// other: goneIfEmpty, speaksH2).
+	onEmpty func()
+	users   atomic.Int32
+	gone    atomic.Bool
 }
 
 // h2Conn is one HTTP/2 connection of an h2Host.
@@ -233,6 +243,7 @@ type h2Conn struct {
 	closing   bool        // being closed by closeIdle: takes nothing new
 	why       CloseReason // set before we close it, for the Observer
 	idleSince time.Time   // when busy last became false
+	idleTimer *time.Timer // armed when it becomes idle (armIdleLocked)
 }
 
 // h2Dial is a dial in progress, guarded by h2Host.mu.
@@ -304,6 +315,7 @@ func (h *h2Host) add(c *h2Conn) error {
 		return ErrTransportClosed
 	}
 	h.conns = append(h.conns, c)
+	h.armIdleLocked(c) // idle until a request chooses it
 	h.broadcastLocked()
 	h.mu.Unlock()
 	h.observeConn(c, true, nil)
@@ -332,12 +344,14 @@ func (h *h2Host) stateChanged(c *h2Conn) {
 	} else if idle && c.busy {
 		c.busy = false
 		c.idleSince = time.Now()
+		h.armIdleLocked(c)
 	}
 	why := c.why
 	h.broadcastLocked()
 	h.mu.Unlock()
 	if removed {
 		h.observeClosed(c, why, err)
+		h.maybeEmpty()
 	}
 }
 
@@ -372,6 +386,9 @@ func (h *h2Host) removeLocked(c *h2Conn) bool {
 		return false
 	}
 	h.conns = slices.Delete(h.conns, i, i+1)
+	if c.idleTimer != nil {
+		c.idleTimer.Stop()
+	}
 	return true
 }
 
@@ -470,6 +487,7 @@ func (h *h2Host) acquire(ctx context.Context, dials *int) (*h2Conn, httptrace.Go
 		h.queued--
 		h.mu.Unlock()
 		if err != nil {
+			h.maybeEmpty()
 			return nil, httptrace.GotConnInfo{}, err
 		}
 	}
@@ -524,8 +542,47 @@ func (h *h2Host) startDialLocked(reqCtx context.Context) chan error {
 		h.broadcastLocked()
 		h.mu.Unlock()
 		res <- err
+		if err != nil || c == nil {
+			h.maybeEmpty()
+		}
 	}()
 	return res
+}
+
+// maybeEmpty asks for the host's pool to be forgotten if the host may
+// have nothing left: after a connection left, a dial failed, or a waiter
+// gave up. Without mu.
+func (h *h2Host) maybeEmpty() {
+	h.mu.Lock()
+	empty := len(h.conns) == 0 && h.dialing == 0 && h.queued == 0 && !h.closed
+	h.mu.Unlock()
+	if empty && h.users.Load() == 0 && !h.gone.Load() && h.onEmpty != nil {
+		h.onEmpty()
+	}
+}
+
+// goneIfEmpty marks the host gone if it has no connection, dial, waiter or
+// user, and reports whether it did; hostPool.mu is held (removeIfEmpty).
+func (h *h2Host) goneIfEmpty() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.conns) > 0 || h.dialing > 0 || h.queued > 0 || h.users.Load() > 0 {
+		return false
+	}
+	h.gone.Store(true)
+	if h.users.Load() > 0 { // speaksH2 took it meanwhile
+		h.gone.Store(false)
+		return false
+	}
+	return true
+}
+
+// release ends a use of h (see users), at the end of h2Host.do or for a
+// useH2 its request did not take up.
+func (h *h2Host) release() {
+	if h.users.Add(-1) == 0 {
+		h.maybeEmpty()
+	}
 }
 
 // Retries, as net/http's HTTP/2 transport (h2_bundle.go, RoundTripOpt and
@@ -548,6 +605,7 @@ func (h *h2Host) redirect(req *http.Request, queued *RequestEvent) (*http.Respon
 }
 
 func (h *h2Host) do(req *http.Request, gotConnFired bool, queued *RequestEvent) (resp *http.Response, err error) {
+	defer h.release() // the use the caller took (speaksH2, useH2)
 	ctx := req.Context()
 	trace := httptrace.ContextClientTrace(ctx)
 	var ob *h2Obs
@@ -736,22 +794,66 @@ func (h *h2Host) closeIdle() {
 	}
 	h.mu.Unlock()
 	for _, c := range cand {
-		if c.cc.InFlight() == 0 {
-			c.cc.Close()
-			h.mu.Lock()
-			removed := h.removeLocked(c)
-			h.mu.Unlock()
-			if removed {
-				h.observeClosed(c, CloseIdleConnections, nil)
-			}
-			continue
-		}
-		h.mu.Lock()
-		c.closing = false
-		c.why = 0
-		h.broadcastLocked()
-		h.mu.Unlock()
+		h.closeIfUnused(c, CloseIdleConnections)
 	}
+}
+
+// closeIfUnused closes c, marked closing for why by the caller, if no
+// stream is in flight on it; else it takes requests again. Without mu.
+func (h *h2Host) closeIfUnused(c *h2Conn, why CloseReason) {
+	if c.cc.InFlight() == 0 {
+		c.cc.Close()
+		h.mu.Lock()
+		removed := h.removeLocked(c)
+		h.mu.Unlock()
+		if removed {
+			h.observeClosed(c, why, nil)
+			h.maybeEmpty()
+		}
+		return
+	}
+	h.mu.Lock()
+	c.closing = false
+	c.why = 0
+	h.broadcastLocked()
+	h.mu.Unlock()
+}
+
+// armIdleLocked arms c's idle timer, c having just become idle: after
+// IdleConnTimeout without a stream, it is closed. The standard library's
+// ClientConn has an idle timer of its own, but stops it for a request
+// that then fails before its stream opens (a connection found too idle,
+// a cancellation), and never restarts it: the connection then stays open,
+// unusable, for ever. h2Host.mu is held.
+func (h *h2Host) armIdleLocked(c *h2Conn) {
+	d := h.t.opts.IdleConnTimeout
+	if d <= 0 {
+		return
+	}
+	if c.idleTimer == nil {
+		c.idleTimer = time.AfterFunc(d, func() { h.idleFired(c) })
+		return
+	}
+	c.idleTimer.Reset(d)
+}
+
+// idleFired runs when c's idle timer fires: c is closed if it has been idle
+// for IdleConnTimeout, else the timer is armed for the rest.
+func (h *h2Host) idleFired(c *h2Conn) {
+	h.mu.Lock()
+	if c.busy || c.closing || c.claims > 0 || h.closed {
+		h.mu.Unlock()
+		return // armed again when it next becomes idle
+	}
+	if left := h.t.opts.IdleConnTimeout - time.Since(c.idleSince); left > 0 {
+		c.idleTimer.Reset(left)
+		h.mu.Unlock()
+		return
+	}
+	c.closing = true
+	c.why = CloseIdleTimeout
+	h.mu.Unlock()
+	h.closeIfUnused(c, CloseIdleTimeout)
 }
 
 // close closes every connection; requests waiting fail with
@@ -821,12 +923,22 @@ type useH1 struct {
 
 func (*useH1) Error() string { return errUseH1.Error() }
 
-// speaksH2 returns p's h2Host if the host speaks HTTP/2, else nil.
+// speaksH2 returns p's h2Host if the host speaks HTTP/2, else nil. The
+// caller holds a use of it (h2Host.users), which h2Host.do ends.
 func (p *hostPool) speaksH2() *h2Host {
-	if h := p.h2.Load(); h != nil && !h.demoted.Load() {
-		return h
+	h := p.h2.Load()
+	if h == nil || h.demoted.Load() {
+		return nil
 	}
-	return nil
+	h.users.Add(1)
+	if h.gone.Load() {
+		// Forgotten with its pool: the HTTP/1 path finds the host's
+		// current pool (errPoolGone). No maybeEmpty: it is gone already,
+		// and p.mu may be held.
+		h.users.Add(-1)
+		return nil
+	}
+	return h
 }
 
 // h1Dialed takes a connection that p's h2Host dialed in took and that
@@ -856,6 +968,7 @@ func (p *hostPool) h2HostLocked() *h2Host {
 			return t.dial(ctx, key)
 		})
 		h.toH1 = p.h1Dialed
+		h.onEmpty = func() { t.removeIfEmpty(p) }
 		p.h2.Store(h)
 	}
 	return h
@@ -883,6 +996,7 @@ func (p *hostPool) h2Dialed(d *dialHandle, conn net.Conn, state *tls.ConnectionS
 	p.mu.Lock()
 	ws := p.waiters.takeAll()
 	for _, w := range ws {
+		h.users.Add(1) // p is not gone (this was its dial): neither is h
 		w.give(waitResult{err: &useH2{h}})
 	}
 	p.dispatchLocked()

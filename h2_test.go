@@ -388,7 +388,7 @@ func TestH2ServerShutdown(t *testing.T) {
 		for _, s := range tr.Stats() {
 			return s.Open == 0
 		}
-		return false
+		return true // and the host's pool with it
 	})
 }
 
@@ -1069,4 +1069,51 @@ func TestH2HostTurnsBackToHTTP1(t *testing.T) {
 	if done != 24 || queued != assigned || queued-resent != done {
 		t.Errorf("queued %d (%d sent again), assigned %d, done %d: want 24 done, queued = assigned = done + sent again", queued, resent, assigned, done)
 	}
+}
+
+// The pool of an HTTP/2 host is forgotten once it has no connection, dial
+// or waiter left, as an HTTP/1 host's is, so that a client visiting many
+// hosts keeps nothing for those it no longer talks to: after
+// CloseIdleConnections, and after the idle timeout while requests come and
+// go (a request that finds a pool as it is forgotten is placed on the
+// host's new one). These pools were kept for ever before.
+func TestH2ManyHostsLeaveNoPool(t *testing.T) {
+	verifyNoLeaks(t)
+	srv, _ := h2TestServer(t, h2cOnly, protoHandler(), nil)
+	opts := TransportOptions{Protocols: protocols(false, false, true), DialContext: redirectDialer(strings.TrimPrefix(srv.URL, "http://"))}
+	tr := newTestTransport(t, opts)
+	for i := range 300 {
+		if _, body := h2Get(t, tr, fmt.Sprintf("http://h%d.test/", i), nil); body != "HTTP/2.0" {
+			t.Fatalf("h%d.test: the server saw %q, want HTTP/2.0", i, body)
+		}
+	}
+	if n := len(tr.Stats()); n != 300 {
+		t.Fatalf("%d pools, want 300", n)
+	}
+	tr.CloseIdleConnections()
+	waitFor(t, "no pool left after CloseIdleConnections", func() bool { return len(tr.Stats()) == 0 })
+
+	opts.IdleConnTimeout = 20 * time.Millisecond
+	tr = newTestTransport(t, opts)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 2))
+			for range 25 {
+				time.Sleep(time.Duration(rng.IntN(40)) * time.Millisecond)
+				url := fmt.Sprintf("http://h%d.test/", rng.IntN(10))
+				req, _ := http.NewRequestWithContext(parCtx(t), "GET", url, nil)
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					t.Errorf("GET %s: %v", url, err)
+					return
+				}
+				if b := readBody(t, resp); b != "HTTP/2.0" {
+					t.Errorf("GET %s: the server saw %q", url, b)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	waitFor(t, "no pool left after the idle timeout", func() bool { return len(tr.Stats()) == 0 })
 }

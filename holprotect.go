@@ -229,6 +229,9 @@ func (p *hostPool) hedge(c *pconn, cp *request) {
 	orig := cp.copyOf
 	resp, err := p.roundTripAttempts(cp)
 	if err != nil {
+		if u, ok := err.(*useH2); ok {
+			u.h.release() // the host turned to HTTP/2: no copy there
+		}
 		return // orig goes on
 	}
 	if !orig.deliver(result{resp: resp, copied: true}) {

@@ -687,9 +687,9 @@ func (p *hostPool) gainsLocked() bool {
 // per-connection budget, recent pipeline failures or a depth fallback, or
 // a verdict on pipelining. Such a pool is not forgotten when it empties.
 func (p *hostPool) learnedLocked() bool {
-	if p.h2.Load() != nil { // the host spoke HTTP/2; the pool holds its h2Host
-		return true
-	}
+	// That a host speaks HTTP/2 costs a new pool one dial at a time until
+	// its first connection says so, as for any host not known yet: not
+	// kept for it.
 	if p.budget > 0 || p.quietClose > 0 || len(p.pipeFailures) > 0 || p.serial >= serialRevoke {
 		return true
 	}

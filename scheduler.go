@@ -175,6 +175,8 @@ func (p *hostPool) place(a *attempt) (*pconn, httptrace.GotConnInfo, error) {
 		p.mu.Unlock()
 		if <-sig; w.res.c != nil {
 			p.release(w.res.c)
+		} else if u, ok := w.res.err.(*useH2); ok {
+			u.h.release() // not taken up
 		}
 		return nil, httptrace.GotConnInfo{}, context.Cause(ctx)
 	}

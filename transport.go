@@ -375,16 +375,21 @@ func (t *Transport) pool(key poolKey) (*hostPool, error) {
 	return p, nil
 }
 
-// removeIfEmpty forgets p if it has no connection, dial or waiter, and has
-// learned nothing about its host that is still in force, so that a client
-// visiting many hosts keeps no pool for a host it no longer talks to. A request that got p just before sees errPoolGone and asks
-// for the host's pool again. Lock order: Transport.mu, then hostPool.mu.
+// removeIfEmpty forgets p if it has no connection, dial or waiter (its
+// HTTP/2 side included), and has learned nothing about its host that is
+// still in force, so that a client visiting many hosts keeps no pool for a
+// host it no longer talks to. A request that got p just before sees
+// errPoolGone and asks for the host's pool again. Lock order:
+// Transport.mu, then hostPool.mu, then h2Host.mu.
 func (t *Transport) removeIfEmpty(p *hostPool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || p.gone || len(p.conns) > 0 || p.dialing > 0 || p.waiters.len() > 0 || p.learnedLocked() {
+		return
+	}
+	if h := p.h2.Load(); h != nil && !h.goneIfEmpty() {
 		return
 	}
 	p.gone = true
