@@ -946,17 +946,7 @@ func (p *hostPool) speaksH2() *h2Host {
 func (p *hostPool) h1Dialed(conn net.Conn, state *tls.ConnectionState, took time.Duration) {
 	c := newPconn(p.t, p, conn, state)
 	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		conn.Close()
-		return
-	}
-	ev := p.joinLocked(c, took)
-	p.dispatchLocked()
-	p.mu.Unlock()
-	if o := p.t.opts.Observer; o != nil && o.ConnOpened != nil {
-		o.ConnOpened(ev)
-	}
+	p.joinUnlock(c, took)
 }
 
 // h2Host returns p's h2Host, creating it; p.mu is held.

@@ -191,18 +191,25 @@ func (p *hostPool) startDialLocked(reqCtx context.Context) {
 			}
 			return
 		}
-		if p.closed {
-			p.mu.Unlock()
-			conn.Close()
-			return
-		}
-		ev := p.joinLocked(c, took)
-		p.dispatchLocked()
-		p.mu.Unlock()
-		if o := t.opts.Observer; o != nil && o.ConnOpened != nil {
-			o.ConnOpened(ev)
-		}
+		p.joinUnlock(c, took)
 	}()
+}
+
+// joinUnlock adds c, just dialed in took, to p (or closes it if p is
+// closed), and unlocks p.mu, which the caller holds; then it reports
+// ConnOpened.
+func (p *hostPool) joinUnlock(c *pconn, took time.Duration) {
+	if p.closed {
+		p.mu.Unlock()
+		c.conn.Close()
+		return
+	}
+	ev := p.joinLocked(c, took)
+	p.dispatchLocked()
+	p.mu.Unlock()
+	if o := p.t.opts.Observer; o != nil && o.ConnOpened != nil {
+		o.ConnOpened(ev)
+	}
 }
 
 // joinLocked adds c, dialed in took, to p and starts its reader. It returns
