@@ -119,9 +119,11 @@ func (p *hostPool) roundTrip(req *http.Request) (*http.Response, error) {
 		redirected = true
 		if _, ok := err.(*useH1); ok {
 			// And back to HTTP/1.1 meanwhile: the host changes protocol
-			// faster than requests move.
+			// faster than requests move. The HTTP/2 side reported no
+			// RequestDone: this side does.
 			closeBody(sent)
 			err = fmt.Errorf("pipelined: %s changed protocol twice while a request waited: %w", p.key.addr, errUseH1)
+			redirected = false
 		}
 	}
 	if from != nil && resp != nil {
