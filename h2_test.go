@@ -1117,3 +1117,149 @@ func TestH2ManyHostsLeaveNoPool(t *testing.T) {
 	wg.Wait()
 	waitFor(t, "no pool left after the idle timeout", func() bool { return len(tr.Stats()) == 0 })
 }
+
+// TestH2PoolsChurn: 12 callers over 4 HTTP/2 hosts whose server allows
+// two streams and closes idle connections after 15 ms, our idle timeout
+// 10 ms, and CloseIdleConnections every few milliseconds: pools are
+// forgotten and made again under the load. No request fails, and no pool
+// or goroutine is left.
+func TestH2PoolsChurn(t *testing.T) {
+	verifyNoLeaks(t)
+	srv, _ := h2TestServerWith(t, h2cOnly, protoHandler(), func(s *http.Server) {
+		s.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 2}
+		s.IdleTimeout = 15 * time.Millisecond
+	})
+	opts := TransportOptions{Protocols: protocols(false, false, true), DialContext: redirectDialer(strings.TrimPrefix(srv.URL, "http://")),
+		IdleConnTimeout: 10 * time.Millisecond, MaxConnsPerHost: 2}
+	tr := NewTransport(opts)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Duration(rand.IntN(10)) * time.Millisecond):
+				tr.CloseIdleConnections()
+			}
+		}
+	})
+	var fails sync.Map
+	var cw sync.WaitGroup
+	for g := range 12 {
+		cw.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 3))
+			for range 60 {
+				time.Sleep(time.Duration(rng.IntN(8)) * time.Millisecond)
+				url := fmt.Sprintf("http://h%d.test/", rng.IntN(4))
+				req, _ := http.NewRequestWithContext(parCtx(t), "GET", url, nil)
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					fails.Store(err.Error(), true)
+					continue
+				}
+				if b := readBody(t, resp); b != "HTTP/2.0" {
+					fails.Store("body "+b, true)
+				}
+			}
+		})
+	}
+	cw.Wait()
+	close(stop)
+	wg.Wait()
+	fails.Range(func(k, v any) bool { t.Errorf("a request failed: %v", k); return true })
+	waitFor(t, "no pool", func() bool { return len(tr.Stats()) == 0 })
+	tr.Close()
+}
+
+// TestDifferentialALPNFlap: a server that switches between offering h2
+// and HTTP/1.1 only every few milliseconds and closes idle connections
+// after 20 ms, and 10 callers sending GETs and POSTs (bodies echoed), some
+// calling CloseIdleConnections, through pipelined and then net/http: the
+// host turns from one protocol to the other under the load (h2Host.demoted,
+// h2Dialed). pipelined may fail nothing where net/http fails nothing.
+func TestDifferentialALPNFlap(t *testing.T) {
+	verifyNoLeaks(t)
+	var h1only atomic.Bool
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "%s", b)
+	}))
+	srv.EnableHTTP2 = true
+	srv.TLS = &tls.Config{NextProtos: []string{"h2", "http/1.1"}}
+	srv.Config.IdleTimeout = 20 * time.Millisecond
+	srv.StartTLS()
+	defer srv.Close()
+	h1 := srv.TLS.Clone()
+	h1.NextProtos = []string{"http/1.1"}
+	srv.TLS.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		if h1only.Load() {
+			return h1, nil
+		}
+		return nil, nil
+	}
+	stop := make(chan struct{})
+	var bg sync.WaitGroup
+	bg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Duration(rand.IntN(15)) * time.Millisecond):
+				h1only.Store(!h1only.Load())
+			}
+		}
+	})
+	failed := map[string]int32{}
+	for _, name := range []string{"pipelined", "net/http"} {
+		var rt http.RoundTripper
+		var closeIdle func()
+		if name == "pipelined" {
+			tr := NewTransport(TransportOptions{TLSClientConfig: tlsRoots(srv), MaxConnsPerHost: 2, IdleConnTimeout: 10 * time.Millisecond})
+			defer tr.Close()
+			rt, closeIdle = tr, tr.CloseIdleConnections
+		} else {
+			st := &http.Transport{TLSClientConfig: tlsRoots(srv), ForceAttemptHTTP2: true, MaxConnsPerHost: 2, IdleConnTimeout: 10 * time.Millisecond}
+			defer st.CloseIdleConnections()
+			rt, closeIdle = st, st.CloseIdleConnections
+		}
+		var fails atomic.Int32
+		var errs sync.Map
+		var cw sync.WaitGroup
+		for g := range 10 {
+			cw.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(g), 4))
+				for i := range 40 {
+					time.Sleep(time.Duration(rng.IntN(6)) * time.Millisecond)
+					if rng.IntN(20) == 0 {
+						closeIdle()
+					}
+					body := fmt.Sprintf("%d-%d", g, i)
+					method := "GET"
+					if i%3 == 0 {
+						method = "POST"
+					}
+					req, _ := http.NewRequestWithContext(parCtx(t), method, srv.URL, strings.NewReader(body))
+					resp, err := rt.RoundTrip(req)
+					if err != nil {
+						fails.Add(1)
+						errs.Store(err.Error(), true)
+						continue
+					}
+					if b := readBody(t, resp); b != body {
+						fails.Add(1)
+						errs.Store("body "+b, true)
+					}
+				}
+			})
+		}
+		cw.Wait()
+		failed[name] = fails.Load()
+		errs.Range(func(k, v any) bool { t.Logf("%s: %v", name, k); return true })
+	}
+	close(stop)
+	bg.Wait()
+	if failed["pipelined"] > 0 && failed["net/http"] == 0 {
+		t.Errorf("pipelined failed %d requests, net/http none", failed["pipelined"])
+	}
+}
