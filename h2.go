@@ -487,8 +487,7 @@ func (h *h2Host) acquire(ctx context.Context, dials *int) (*h2Conn, httptrace.Go
 		h.queued--
 		h.mu.Unlock()
 		if err != nil {
-			h.maybeEmpty()
-			return nil, httptrace.GotConnInfo{}, err
+			return nil, httptrace.GotConnInfo{}, err // do's release asks maybeEmpty
 		}
 	}
 }

@@ -1095,27 +1095,43 @@ func TestH2ManyHostsLeaveNoPool(t *testing.T) {
 
 	opts.IdleConnTimeout = 20 * time.Millisecond
 	tr = newTestTransport(t, opts)
+	for _, f := range h2RandomGets(t, tr, 8, 25, 10, 40*time.Millisecond, 2) {
+		t.Error(f)
+	}
+	waitFor(t, "no pool left after the idle timeout", func() bool { return len(tr.Stats()) == 0 })
+}
+
+// h2RandomGets runs callers goroutines, each sending each GETs of
+// http://h<i>.test/ (i below hosts, at random, seeded by seed) through
+// tr after a random pause below pause, and returns the failures: an error,
+// or an answer not over HTTP/2.
+func h2RandomGets(t *testing.T, tr http.RoundTripper, callers, each, hosts int, pause time.Duration, seed uint64) []string {
+	t.Helper()
+	var mu sync.Mutex
+	var failed []string
 	var wg sync.WaitGroup
-	for g := range 8 {
+	for g := range callers {
 		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(g), 2))
-			for range 25 {
-				time.Sleep(time.Duration(rng.IntN(40)) * time.Millisecond)
-				url := fmt.Sprintf("http://h%d.test/", rng.IntN(10))
+			rng := rand.New(rand.NewPCG(uint64(g), seed))
+			for range each {
+				time.Sleep(time.Duration(rng.Int64N(int64(pause))))
+				url := fmt.Sprintf("http://h%d.test/", rng.IntN(hosts))
 				req, _ := http.NewRequestWithContext(parCtx(t), "GET", url, nil)
 				resp, err := tr.RoundTrip(req)
-				if err != nil {
-					t.Errorf("GET %s: %v", url, err)
-					return
+				got := ""
+				if err == nil {
+					got = readBody(t, resp)
 				}
-				if b := readBody(t, resp); b != "HTTP/2.0" {
-					t.Errorf("GET %s: the server saw %q", url, b)
+				if err != nil || got != "HTTP/2.0" {
+					mu.Lock()
+					failed = append(failed, fmt.Sprintf("GET %s: %v, the server saw %q", url, err, got))
+					mu.Unlock()
 				}
 			}
 		})
 	}
 	wg.Wait()
-	waitFor(t, "no pool left after the idle timeout", func() bool { return len(tr.Stats()) == 0 })
+	return failed
 }
 
 // TestH2PoolsChurn: 12 callers over 4 HTTP/2 hosts whose server allows
@@ -1131,7 +1147,7 @@ func TestH2PoolsChurn(t *testing.T) {
 	})
 	opts := TransportOptions{Protocols: protocols(false, false, true), DialContext: redirectDialer(strings.TrimPrefix(srv.URL, "http://")),
 		IdleConnTimeout: 10 * time.Millisecond, MaxConnsPerHost: 2}
-	tr := NewTransport(opts)
+	tr := newTestTransport(t, opts)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -1144,32 +1160,13 @@ func TestH2PoolsChurn(t *testing.T) {
 			}
 		}
 	})
-	var fails sync.Map
-	var cw sync.WaitGroup
-	for g := range 12 {
-		cw.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(g), 3))
-			for range 60 {
-				time.Sleep(time.Duration(rng.IntN(8)) * time.Millisecond)
-				url := fmt.Sprintf("http://h%d.test/", rng.IntN(4))
-				req, _ := http.NewRequestWithContext(parCtx(t), "GET", url, nil)
-				resp, err := tr.RoundTrip(req)
-				if err != nil {
-					fails.Store(err.Error(), true)
-					continue
-				}
-				if b := readBody(t, resp); b != "HTTP/2.0" {
-					fails.Store("body "+b, true)
-				}
-			}
-		})
-	}
-	cw.Wait()
+	fails := h2RandomGets(t, tr, 12, 60, 4, 8*time.Millisecond, 3)
 	close(stop)
 	wg.Wait()
-	fails.Range(func(k, v any) bool { t.Errorf("a request failed: %v", k); return true })
+	for _, f := range fails {
+		t.Error(f)
+	}
 	waitFor(t, "no pool", func() bool { return len(tr.Stats()) == 0 })
-	tr.Close()
 }
 
 // TestDifferentialALPNFlap: a server that switches between offering h2
