@@ -685,11 +685,8 @@ func TestRealHAProxy(t *testing.T) {
 		io.WriteString(w, id)
 	}))
 	t.Cleanup(backend.Close)
-	dir := t.TempDir()
-	var addr string
-	for try := 0; ; try++ {
-		addr = freeAddr(t)
-		cfg := fmt.Sprintf(`global
+	addr := startWithConfig(t, haproxy, "haproxy.cfg", func(addr string) string {
+		return fmt.Sprintf(`global
 	maxconn 1000
 defaults
 	mode http
@@ -705,18 +702,7 @@ frontend fe
 backend be
 	server s1 %s maxconn 32
 `, addr, strings.TrimPrefix(backend.URL, "http://"))
-		path := filepath.Join(dir, fmt.Sprintf("haproxy-%d.cfg", try))
-		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		_, exited, out := startProcess(t, haproxy, "-db", "-f", path)
-		if waitListening(addr, exited) {
-			break
-		}
-		if try >= 2 {
-			t.Fatalf("haproxy did not start on %s:\n%s", addr, out.String())
-		}
-	}
+	}, "-db", "-f")
 	base := "http://" + addr
 	kinds := func(i int) (string, string) {
 		switch i % 5 {
@@ -1185,26 +1171,35 @@ func selfSignedPEM(t *testing.T, dir string) (*x509.CertPool, string) {
 
 // startLighttpd runs lighttpd on a free 127.0.0.1 port, serving root with
 // the configuration lines conf, and returns its address.
-func startLighttpd(t *testing.T, lighttpd, root, conf string) (addr string) {
+func startLighttpd(t *testing.T, lighttpd, root, conf string) string {
+	t.Helper()
+	// No server.errorlog: in the foreground lighttpd logs to stderr, which
+	// startProcess shows if the test fails.
+	return startWithConfig(t, lighttpd, "lighttpd.conf", func(addr string) string {
+		host, port, _ := net.SplitHostPort(addr)
+		return fmt.Sprintf("server.bind = %q\nserver.port = %s\nserver.document-root = %q\n%s", host, port, root, conf)
+	}, "-D", "-f")
+}
+
+// startWithConfig writes config(addr) for a free 127.0.0.1 address to a
+// file named name in a temporary directory and runs bin with args and the
+// file's path, until it listens on addr: another process may take the
+// port first, so up to three addresses are tried. It returns the address.
+func startWithConfig(t *testing.T, bin, name string, config func(addr string) string, args ...string) string {
 	t.Helper()
 	dir := t.TempDir()
-	errLog := filepath.Join(dir, "error.log")
 	for try := 0; ; try++ {
-		addr = freeAddr(t)
-		host, port, _ := net.SplitHostPort(addr)
-		cfg := fmt.Sprintf("server.bind = %q\nserver.port = %s\nserver.document-root = %q\nserver.errorlog = %q\n%s",
-			host, port, root, errLog, conf)
-		path := filepath.Join(dir, fmt.Sprintf("lighttpd-%d.conf", try))
-		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		addr := freeAddr(t)
+		path := filepath.Join(dir, fmt.Sprintf("%d-%s", try, name))
+		if err := os.WriteFile(path, []byte(config(addr)), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		_, exited, out := startProcess(t, lighttpd, "-D", "-f", path)
+		_, exited, out := startProcess(t, bin, append(args, path)...)
 		if waitListening(addr, exited) {
 			return addr
 		}
 		if try >= 2 {
-			b, _ := os.ReadFile(errLog)
-			t.Fatalf("lighttpd did not start on %s:\n%s%s", addr, out.String(), b)
+			t.Fatalf("%s did not start on %s:\n%s", filepath.Base(bin), addr, out.String())
 		}
 	}
 }
