@@ -195,26 +195,15 @@ func (p *hostPool) startDialLocked(reqCtx context.Context) {
 	}()
 }
 
-// joinUnlock adds c, just dialed in took, to p (or closes it if p is
-// closed), and unlocks p.mu, which the caller holds; then it reports
-// ConnOpened.
+// joinUnlock adds c, just dialed in took, to p and starts its reader (or
+// closes it if p is closed), and unlocks p.mu, which the caller holds;
+// then it reports ConnOpened.
 func (p *hostPool) joinUnlock(c *pconn, took time.Duration) {
 	if p.closed {
 		p.mu.Unlock()
 		c.conn.Close()
 		return
 	}
-	ev := p.joinLocked(c, took)
-	p.dispatchLocked()
-	p.mu.Unlock()
-	if o := p.t.opts.Observer; o != nil && o.ConnOpened != nil {
-		o.ConnOpened(ev)
-	}
-}
-
-// joinLocked adds c, dialed in took, to p and starts its reader. It returns
-// c's ConnOpened event, for the caller to report once mu is released.
-func (p *hostPool) joinLocked(c *pconn, took time.Duration) ConnEvent {
 	p.conns = append(p.conns, c)
 	p.learned = true
 	if p.dialTook == 0 || took < p.dialTook {
@@ -224,7 +213,12 @@ func (p *hostPool) joinLocked(c *pconn, took time.Duration) ConnEvent {
 	p.startIdleTimerLocked(c)
 	p.t.wg.Add(1)
 	go c.readLoop()
-	return p.connEvent(c, c.s.opened, false)
+	ev := p.connEvent(c, c.s.opened, false)
+	p.dispatchLocked()
+	p.mu.Unlock()
+	if o := p.t.opts.Observer; o != nil && o.ConnOpened != nil {
+		o.ConnOpened(ev)
+	}
 }
 
 // assignLocked reserves a place for a on c and returns what the GotConn
