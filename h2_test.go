@@ -918,41 +918,30 @@ func TestDifferentialH2Load(t *testing.T) {
 				s.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: int(tc.streams)}
 				s.IdleTimeout = tc.idle
 			})
-			run := func(prefix string, rt http.RoundTripper) (failed []string) {
-				var mu sync.Mutex
-				var wg sync.WaitGroup
-				for g := range 8 {
-					wg.Go(func() {
-						rng := rand.New(rand.NewPCG(uint64(g), 1))
-						for i := range 20 {
-							time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond)
-							id := fmt.Sprintf("%s-%d-%d", prefix, g, i)
-							path := []string{"/get/", "/slow/", "/big/"}[i%3] + id
-							method, body, want := http.MethodGet, "", path+" "
-							if i%4 == 1 {
-								method, body, want = http.MethodPost, id, path+" "+id
-							}
-							if strings.HasPrefix(path, "/big/") {
-								want = string(bytes.Repeat([]byte(path), 200<<10/len(path)))
-							}
-							ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-							req, _ := http.NewRequestWithContext(ctx, method, srv.URL+path, strings.NewReader(body))
-							got, err := "", error(nil)
-							resp, err := rt.RoundTrip(req)
-							if err == nil {
-								got = readBody(t, resp)
-							}
-							cancel()
-							if err != nil || got != want {
-								mu.Lock()
-								failed = append(failed, fmt.Sprintf("%s %s: %v %.40q", method, path, err, got))
-								mu.Unlock()
-							}
-						}
-					})
-				}
-				wg.Wait()
-				return failed
+			run := func(prefix string, rt http.RoundTripper) []string {
+				return runCallers(8, 20, 1, 20*time.Millisecond, func(_ *rand.Rand, g, i int) string {
+					id := fmt.Sprintf("%s-%d-%d", prefix, g, i)
+					path := []string{"/get/", "/slow/", "/big/"}[i%3] + id
+					method, body, want := http.MethodGet, "", path+" "
+					if i%4 == 1 {
+						method, body, want = http.MethodPost, id, path+" "+id
+					}
+					if strings.HasPrefix(path, "/big/") {
+						want = string(bytes.Repeat([]byte(path), 200<<10/len(path)))
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+					defer cancel()
+					req, _ := http.NewRequestWithContext(ctx, method, srv.URL+path, strings.NewReader(body))
+					got := ""
+					resp, err := rt.RoundTrip(req)
+					if err == nil {
+						got = readBody(t, resp)
+					}
+					if err != nil || got != want {
+						return fmt.Sprintf("%s %s: %v %.40q", method, path, err, got)
+					}
+					return ""
+				})
 			}
 			ours := newTestTransport(t, TransportOptions{TLSClientConfig: tlsRoots(srv), MaxConnsPerHost: 2})
 			std := &http.Transport{TLSClientConfig: tlsRoots(srv), ForceAttemptHTTP2: true, MaxConnsPerHost: 2}
@@ -984,23 +973,10 @@ func TestDifferentialH2Load(t *testing.T) {
 // Observer's events stay balanced across the moves.
 func TestH2HostTurnsBackToHTTP1(t *testing.T) {
 	verifyNoLeaks(t)
-	var h1only atomic.Bool
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv, h1only := alpnSwitchServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		fmt.Fprintf(w, "%s %s", r.Proto, b)
-	}))
-	srv.EnableHTTP2 = true
-	srv.TLS = &tls.Config{NextProtos: []string{"h2", "http/1.1"}}
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	h1 := srv.TLS.Clone()
-	h1.NextProtos = []string{"http/1.1"}
-	srv.TLS.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
-		if h1only.Load() {
-			return h1, nil
-		}
-		return nil, nil
-	}
+	}), 0)
 	var mu sync.Mutex
 	var queued, resent, assigned, done int
 	var problems []string
@@ -1107,24 +1083,37 @@ func TestH2ManyHostsLeaveNoPool(t *testing.T) {
 // or an answer not over HTTP/2.
 func h2RandomGets(t *testing.T, tr http.RoundTripper, callers, each, hosts int, pause time.Duration, seed uint64) []string {
 	t.Helper()
+	return runCallers(callers, each, seed, pause, func(rng *rand.Rand, _, _ int) string {
+		url := fmt.Sprintf("http://h%d.test/", rng.IntN(hosts))
+		req, _ := http.NewRequestWithContext(parCtx(t), "GET", url, nil)
+		resp, err := tr.RoundTrip(req)
+		got := ""
+		if err == nil {
+			got = readBody(t, resp)
+		}
+		if err != nil || got != "HTTP/2.0" {
+			return fmt.Sprintf("GET %s: %v, the server saw %q", url, err, got)
+		}
+		return ""
+	})
+}
+
+// runCallers runs callers goroutines, each making each calls of
+// call(rng, g, i) after a random pause below pause (rng is seeded by g
+// and seed), and returns what the calls that failed returned (a call
+// returns "" when it succeeds).
+func runCallers(callers, each int, seed uint64, pause time.Duration, call func(rng *rand.Rand, g, i int) string) []string {
 	var mu sync.Mutex
 	var failed []string
 	var wg sync.WaitGroup
 	for g := range callers {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(g), seed))
-			for range each {
+			for i := range each {
 				time.Sleep(time.Duration(rng.Int64N(int64(pause))))
-				url := fmt.Sprintf("http://h%d.test/", rng.IntN(hosts))
-				req, _ := http.NewRequestWithContext(parCtx(t), "GET", url, nil)
-				resp, err := tr.RoundTrip(req)
-				got := ""
-				if err == nil {
-					got = readBody(t, resp)
-				}
-				if err != nil || got != "HTTP/2.0" {
+				if f := call(rng, g, i); f != "" {
 					mu.Lock()
-					failed = append(failed, fmt.Sprintf("GET %s: %v, the server saw %q", url, err, got))
+					failed = append(failed, f)
 					mu.Unlock()
 				}
 			}
@@ -1132,6 +1121,49 @@ func h2RandomGets(t *testing.T, tr http.RoundTripper, callers, each, hosts int, 
 	}
 	wg.Wait()
 	return failed
+}
+
+// everyFewMillis runs f after random pauses below max until the returned
+// stop is called, which waits for it.
+func everyFewMillis(max time.Duration, f func()) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(time.Duration(rand.Int64N(int64(max)))):
+				f()
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
+// alpnSwitchServer starts an HTTPS server running h, with idle timeout
+// idle, that offers h2 and http/1.1 in ALPN, or http/1.1 only while the
+// returned flag is set.
+func alpnSwitchServer(t *testing.T, h http.Handler, idle time.Duration) (*httptest.Server, *atomic.Bool) {
+	t.Helper()
+	h1only := new(atomic.Bool)
+	srv := httptest.NewUnstartedServer(h)
+	srv.EnableHTTP2 = true
+	srv.TLS = &tls.Config{NextProtos: []string{"h2", "http/1.1"}}
+	srv.Config.IdleTimeout = idle
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	// Set once started (StartTLS adds the certificate), before any
+	// connection.
+	h1 := srv.TLS.Clone()
+	h1.NextProtos = []string{"http/1.1"}
+	srv.TLS.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		if h1only.Load() {
+			return h1, nil
+		}
+		return nil, nil
+	}
+	return srv, h1only
 }
 
 // TestH2PoolsChurn: 12 callers over 4 HTTP/2 hosts whose server allows
@@ -1148,21 +1180,9 @@ func TestH2PoolsChurn(t *testing.T) {
 	opts := TransportOptions{Protocols: protocols(false, false, true), DialContext: redirectDialer(strings.TrimPrefix(srv.URL, "http://")),
 		IdleConnTimeout: 10 * time.Millisecond, MaxConnsPerHost: 2}
 	tr := newTestTransport(t, opts)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Duration(rand.IntN(10)) * time.Millisecond):
-				tr.CloseIdleConnections()
-			}
-		}
-	})
+	stop := everyFewMillis(10*time.Millisecond, tr.CloseIdleConnections)
 	fails := h2RandomGets(t, tr, 12, 60, 4, 8*time.Millisecond, 3)
-	close(stop)
-	wg.Wait()
+	stop()
 	for _, f := range fails {
 		t.Error(f)
 	}
@@ -1177,37 +1197,12 @@ func TestH2PoolsChurn(t *testing.T) {
 // h2Dialed). pipelined may fail nothing where net/http fails nothing.
 func TestDifferentialALPNFlap(t *testing.T) {
 	verifyNoLeaks(t)
-	var h1only atomic.Bool
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv, h1only := alpnSwitchServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		fmt.Fprintf(w, "%s", b)
-	}))
-	srv.EnableHTTP2 = true
-	srv.TLS = &tls.Config{NextProtos: []string{"h2", "http/1.1"}}
-	srv.Config.IdleTimeout = 20 * time.Millisecond
-	srv.StartTLS()
-	defer srv.Close()
-	h1 := srv.TLS.Clone()
-	h1.NextProtos = []string{"http/1.1"}
-	srv.TLS.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
-		if h1only.Load() {
-			return h1, nil
-		}
-		return nil, nil
-	}
-	stop := make(chan struct{})
-	var bg sync.WaitGroup
-	bg.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Duration(rand.IntN(15)) * time.Millisecond):
-				h1only.Store(!h1only.Load())
-			}
-		}
-	})
-	failed := map[string]int32{}
+	}), 20*time.Millisecond)
+	stop := everyFewMillis(15*time.Millisecond, func() { h1only.Store(!h1only.Load()) })
+	failed := map[string]int{}
 	for _, name := range []string{"pipelined", "net/http"} {
 		var rt http.RoundTripper
 		var closeIdle func()
@@ -1220,42 +1215,31 @@ func TestDifferentialALPNFlap(t *testing.T) {
 			defer st.CloseIdleConnections()
 			rt, closeIdle = st, st.CloseIdleConnections
 		}
-		var fails atomic.Int32
-		var errs sync.Map
-		var cw sync.WaitGroup
-		for g := range 10 {
-			cw.Go(func() {
-				rng := rand.New(rand.NewPCG(uint64(g), 4))
-				for i := range 40 {
-					time.Sleep(time.Duration(rng.IntN(6)) * time.Millisecond)
-					if rng.IntN(20) == 0 {
-						closeIdle()
-					}
-					body := fmt.Sprintf("%d-%d", g, i)
-					method := "GET"
-					if i%3 == 0 {
-						method = "POST"
-					}
-					req, _ := http.NewRequestWithContext(parCtx(t), method, srv.URL, strings.NewReader(body))
-					resp, err := rt.RoundTrip(req)
-					if err != nil {
-						fails.Add(1)
-						errs.Store(err.Error(), true)
-						continue
-					}
-					if b := readBody(t, resp); b != body {
-						fails.Add(1)
-						errs.Store("body "+b, true)
-					}
-				}
-			})
+		fails := runCallers(10, 40, 4, 6*time.Millisecond, func(rng *rand.Rand, g, i int) string {
+			if rng.IntN(20) == 0 {
+				closeIdle()
+			}
+			body := fmt.Sprintf("%d-%d", g, i)
+			method := "GET"
+			if i%3 == 0 {
+				method = "POST"
+			}
+			req, _ := http.NewRequestWithContext(parCtx(t), method, srv.URL, strings.NewReader(body))
+			resp, err := rt.RoundTrip(req)
+			if err != nil {
+				return err.Error()
+			}
+			if b := readBody(t, resp); b != body {
+				return "body " + b
+			}
+			return ""
+		})
+		failed[name] = len(fails)
+		for _, f := range fails {
+			t.Logf("%s: %s", name, f)
 		}
-		cw.Wait()
-		failed[name] = fails.Load()
-		errs.Range(func(k, v any) bool { t.Logf("%s: %v", name, k); return true })
 	}
-	close(stop)
-	bg.Wait()
+	stop()
 	if failed["pipelined"] > 0 && failed["net/http"] == 0 {
 		t.Errorf("pipelined failed %d requests, net/http none", failed["pipelined"])
 	}
