@@ -239,6 +239,7 @@ type h2Conn struct {
 	// Guarded by h2Host.mu.
 	claims    int         // requests that chose it and are in RoundTrip
 	used      bool        // has carried a request
+	settled   bool        // has applied the server's SETTINGS (see h2Retry)
 	busy      bool        // streams in flight as last seen
 	closing   bool        // being closed by closeIdle: takes nothing new
 	why       CloseReason // set before we close it, for the Observer
@@ -406,23 +407,29 @@ const h2MaxDials = 4
 // context ctx, and claims it (see release). dials counts the dials the
 // request started. It returns the connection and the httptrace
 // GotConnInfo of the choice.
-func (h *h2Host) acquire(ctx context.Context, dials *int) (*h2Conn, httptrace.GotConnInfo, error) {
+//
+// early reports that the connection had not yet applied the server's
+// SETTINGS when it was chosen, so that it may take more streams than the
+// server allows (h2Retry). With settledOnly (a request such a connection
+// refused), the request takes no such connection unless the connection
+// has no request, for a server refuses no connection's first stream.
+func (h *h2Host) acquire(ctx context.Context, dials *int, settledOnly bool) (c *h2Conn, info httptrace.GotConnInfo, early bool, err error) {
 	var buf [8]*h2Conn
 	var dialRes chan error // the result of the dial this request started
 	for {
 		h.mu.Lock()
 		if h.closed {
 			h.mu.Unlock()
-			return nil, httptrace.GotConnInfo{}, ErrTransportClosed
+			return nil, httptrace.GotConnInfo{}, false, ErrTransportClosed
 		}
 		if h.demoted.Load() {
 			h.mu.Unlock()
-			return nil, httptrace.GotConnInfo{}, errUseH1
+			return nil, httptrace.GotConnInfo{}, false, errUseH1
 		}
 		gen := h.gen
 		conns := buf[:0]
 		for _, c := range h.conns {
-			if !c.closing {
+			if !c.closing && (!settledOnly || c.settled || c.claims == 0) {
 				conns = append(conns, c)
 			}
 		}
@@ -444,7 +451,7 @@ func (h *h2Host) acquire(ctx context.Context, dials *int) (*h2Conn, httptrace.Go
 		clear(buf[:])
 		if best != nil {
 			h.mu.Lock()
-			if best.closing || h.closed {
+			if best.closing || h.closed || settledOnly && !best.settled && best.claims > 0 {
 				h.mu.Unlock()
 				continue
 			}
@@ -454,8 +461,9 @@ func (h *h2Host) acquire(ctx context.Context, dials *int) (*h2Conn, httptrace.Go
 			}
 			best.claims++
 			best.used, best.busy = true, true
+			early := !best.settled
 			h.mu.Unlock()
-			return best, info, nil
+			return best, info, early, nil
 		}
 
 		// No stream is free.
@@ -467,7 +475,7 @@ func (h *h2Host) acquire(ctx context.Context, dials *int) (*h2Conn, httptrace.Go
 		if dialRes == nil && h.dialing == 0 && h.canDialLocked() {
 			if *dials >= h2MaxDials {
 				h.mu.Unlock()
-				return nil, httptrace.GotConnInfo{}, errNoStream
+				return nil, httptrace.GotConnInfo{}, false, errNoStream
 			}
 			*dials++
 			dialRes = h.startDialLocked(ctx)
@@ -475,7 +483,7 @@ func (h *h2Host) acquire(ctx context.Context, dials *int) (*h2Conn, httptrace.Go
 		h.queued++
 		changed := h.changed
 		h.mu.Unlock()
-		var err error
+		err = nil
 		select {
 		case <-changed:
 		case err = <-dialRes:
@@ -487,7 +495,7 @@ func (h *h2Host) acquire(ctx context.Context, dials *int) (*h2Conn, httptrace.Go
 		h.queued--
 		h.mu.Unlock()
 		if err != nil {
-			return nil, httptrace.GotConnInfo{}, err // do's release asks maybeEmpty
+			return nil, httptrace.GotConnInfo{}, false, err // do's release asks maybeEmpty
 		}
 	}
 }
@@ -586,7 +594,8 @@ func (h *h2Host) release() {
 
 // Retries, as net/http's HTTP/2 transport (h2_bundle.go, RoundTripOpt and
 // shouldRetryRequest): at most 6 retries, the first at once, then after
-// 1 s, 2 s, 4 s… with 10% jitter.
+// 1 s, 2 s, 4 s… with 10% jitter; but only failures that say something is
+// wrong count toward the wait (h2Retry).
 const h2MaxRetries = 6
 
 // roundTrip sends req over one of the host's HTTP/2 connections.
@@ -627,14 +636,14 @@ func (h *h2Host) do(req *http.Request, gotConnFired bool, queued *RequestEvent) 
 	if endLegacy != nil {
 		defer endLegacy()
 	}
-	dials := 0
+	dials, strikes, settledOnly := 0, 0, false
 	cur := req
 	for retry := 0; ; retry++ {
 		if trace != nil && trace.GetConn != nil && (retry > 0 || !gotConnFired) {
 			trace.GetConn(h.key.dialAddr())
 		}
 		ob.queued(retry)
-		c, info, err := h.acquire(wctx, &dials)
+		c, info, early, err := h.acquire(wctx, &dials, settledOnly)
 		if err == errUseH1 {
 			// Nothing was sent: cur goes to the HTTP/1 pool as it is.
 			return nil, &useH1{req: cur, ev: ob.event()}
@@ -648,8 +657,15 @@ func (h *h2Host) do(req *http.Request, gotConnFired bool, queued *RequestEvent) 
 		}
 		ob.assigned(c)
 		resp, err := c.cc.RoundTrip(ob.watchWrite(cur)) // consumes the body
+		fail := h2Classify(err)
 		h.mu.Lock()
 		c.claims--
+		if err == nil || fail == h2Refused || fail == h2PeerProtocol {
+			// The server's frames about this stream came after its
+			// SETTINGS (RFC 9113 §3.4: the first frame it sends), which
+			// the connection has applied by now.
+			c.settled = true
+		}
 		h.mu.Unlock()
 		// The state hook does not report a stream that began and ended
 		// between two of the ClientConn's looks at its state (it compares
@@ -668,7 +684,7 @@ func (h *h2Host) do(req *http.Request, gotConnFired bool, queued *RequestEvent) 
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
-		if retry >= h2MaxRetries || !h2CanRetry(err) {
+		if retry >= h2MaxRetries || fail == h2Final {
 			return nil, err
 		}
 		next, rerr := h2Rewind(cur, err)
@@ -676,10 +692,15 @@ func (h *h2Host) do(req *http.Request, gotConnFired bool, queued *RequestEvent) 
 			return nil, rerr
 		}
 		cur = next
-		if retry > 0 {
-			backoff := float64(uint(1) << (uint(retry) - 1))
-			backoff += backoff * (0.1 * rand.Float64())
-			tm := time.NewTimer(time.Duration(backoff * float64(time.Second)))
+		var wait time.Duration
+		wait, strikes = h2Retry(fail, early, strikes)
+		// Refused by a connection that did not know the server's limit,
+		// the request waits for one that does rather than meet the same
+		// on another new connection.
+		settledOnly = settledOnly || fail == h2Refused && early
+		if wait > 0 {
+			wait += time.Duration(rand.Int64N(int64(wait / 10))) // 10% jitter, as net/http
+			tm := time.NewTimer(wait)
 			select {
 			case <-tm.C:
 			case <-wctx.Done():
@@ -714,23 +735,65 @@ func (e h2StreamError) Error() string {
 	return fmt.Sprintf("stream error: stream ID %d; code %#x; %v", e.StreamID, e.Code, e.Cause)
 }
 
-// h2CanRetry reports whether err says the server did not process the
-// request, as net/http's canRetryError: the connection became unusable
-// before the request was sent, a GOAWAY named a lower last stream (RFC 9113
-// §6.8: such streams were not processed), REFUSED_STREAM (RFC 9113 §8.7),
-// or a PROTOCOL_ERROR reset from the peer (golang/go#47635).
-func h2CanRetry(err error) bool {
+// h2Failure is what a failed HTTP/2 attempt says about its request.
+type h2Failure int
+
+const (
+	h2Final        h2Failure = iota // the request may have been processed, or failed for good
+	h2Ended                         // its connection ended before processing it: unusable before it was sent, or a GOAWAY named a lower last stream (RFC 9113 §6.8)
+	h2Refused                       // REFUSED_STREAM (RFC 9113 §8.7): not processed
+	h2PeerProtocol                  // a PROTOCOL_ERROR reset from the peer (golang/go#47635)
+)
+
+// h2Classify sorts err, a RoundTrip's error (nil: h2Final), as net/http's
+// canRetryError does: every kind but h2Final may be sent again.
+func h2Classify(err error) h2Failure {
+	if err == nil {
+		return h2Final
+	}
 	if s := err.Error(); s == h2ErrConnUnusable || s == h2ErrGotGoAway {
-		return true
+		return h2Ended
 	}
 	var se h2StreamError
 	if errors.As(err, &se) {
-		if se.Code == h2CodeProtocol && se.Cause != nil && se.Cause.Error() == h2ErrFromPeer {
-			return true
+		switch {
+		case se.Code == h2CodeProtocol && se.Cause != nil && se.Cause.Error() == h2ErrFromPeer:
+			return h2PeerProtocol
+		case se.Code == h2CodeRefusedStream:
+			return h2Refused
 		}
-		return se.Code == h2CodeRefusedStream
 	}
-	return false
+	return h2Final
+}
+
+// h2Retry decides the wait before a request is sent again after an attempt
+// that failed with f, and returns it with the new count of strikes (the
+// failures so far that say something may be wrong). early: the connection
+// had not applied the server's SETTINGS when the attempt chose it.
+//
+// net/http waits before every retry but the first (1 s, 2 s, 4 s…), so
+// that a server refusing everything is not hammered. A refusal on a
+// connection that did not yet know the server's stream limit is the normal
+// course of HTTP/2, and counts no strike here: until the SETTINGS arrive a
+// client assumes 100 streams (RFC 9113 §6.5.2 recommends no fewer), and a
+// server that allows fewer refuses the rest of a burst (HAProxy with
+// tune.h2.max-concurrent-streams, lighttpd, Node's maxConcurrentStreams).
+// net/http's rule made such a request wait a second when a second new
+// connection refused it too. Every other failure is a strike: the first is
+// retried at once, later ones after 1 s, 2 s, 4 s…; the end of a
+// connection (GOAWAY) too, for the requests a server ends its connections
+// under find the next connection ending as well when it ends them after a
+// few requests, and only the wait spreads them out. At most h2MaxRetries
+// retries either way.
+func h2Retry(f h2Failure, early bool, strikes int) (wait time.Duration, _ int) {
+	if f == h2Refused && early {
+		return 0, strikes
+	}
+	strikes++
+	if strikes == 1 {
+		return 0, strikes
+	}
+	return time.Second << (strikes - 2), strikes
 }
 
 // h2Rewind returns the request to send again after err, as net/http's
@@ -1036,7 +1099,7 @@ func (b *h2Obs) queued(retry int) {
 	}
 	b.ev.Time, b.ev.Attempt = b.queuedAt, b.first+retry
 	if retry > 0 {
-		b.ev.Resend = ResendNotWritten // h2CanRetry: the server did not process it
+		b.ev.Resend = ResendNotWritten // h2Classify: the server did not process it
 	}
 	if b.o.RequestQueued != nil {
 		b.o.RequestQueued(b.ev)

@@ -392,11 +392,11 @@ func TestH2ServerShutdown(t *testing.T) {
 	})
 }
 
-// h2GoAwayServer speaks raw HTTP/2 over TLS on 127.0.0.1: on its first
-// connection it answers the first request's HEADERS with GOAWAY (last
-// stream 0: RFC 9113 §6.8, the request was not processed) and closes; later
-// connections answer every request with 200 "ok".
-func h2GoAwayServer(t *testing.T) (url string, roots *tls.Config, requests *atomic.Int32) {
+// rawH2Server speaks raw HTTP/2 over TLS on 127.0.0.1 (httptest's
+// certificate, ALPN h2 only): for each connection it reads the client
+// preface and runs serve with a Framer over the connection, which it then
+// closes; first is true for the listener's first connection.
+func rawH2Server(t *testing.T, serve func(fr *http2.Framer, first bool)) (url string, roots *tls.Config) {
 	t.Helper()
 	srv := httptest.NewUnstartedServer(nil) // for its certificate
 	srv.EnableHTTP2 = true
@@ -407,7 +407,6 @@ func h2GoAwayServer(t *testing.T) (url string, roots *tls.Config, requests *atom
 	if err != nil {
 		t.Fatal(err)
 	}
-	requests = new(atomic.Int32)
 	var wg sync.WaitGroup
 	t.Cleanup(func() { ln.Close(); wg.Wait() })
 	var conns atomic.Int32
@@ -425,36 +424,100 @@ func h2GoAwayServer(t *testing.T) (url string, roots *tls.Config, requests *atom
 				if _, err := io.ReadFull(br, preface); err != nil {
 					return
 				}
-				fr := http2.NewFramer(c, br)
-				fr.WriteSettings()
-				var hb bytes.Buffer
-				enc := hpack.NewEncoder(&hb)
-				for {
-					f, err := fr.ReadFrame()
-					if err != nil {
-						return
-					}
-					switch f := f.(type) {
-					case *http2.SettingsFrame:
-						if !f.IsAck() {
-							fr.WriteSettingsAck()
-						}
-					case *http2.HeadersFrame:
-						requests.Add(1)
-						if first {
-							fr.WriteGoAway(0, http2.ErrCodeNo, nil)
-							return
-						}
-						hb.Reset()
-						enc.WriteField(hpack.HeaderField{Name: ":status", Value: "200"})
-						fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: hb.Bytes(), EndHeaders: true})
-						fr.WriteData(f.StreamID, true, []byte("ok"))
-					}
-				}
+				serve(http2.NewFramer(c, br), first)
 			})
 		}
 	})
-	return "https://" + ln.Addr().String(), roots, requests
+	return "https://" + ln.Addr().String(), roots
+}
+
+// h2Respond writes a 200 response with body to stream id.
+func h2Respond(fr *http2.Framer, id uint32, body string) {
+	var hb bytes.Buffer
+	hpack.NewEncoder(&hb).WriteField(hpack.HeaderField{Name: ":status", Value: "200"})
+	fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndHeaders: true})
+	fr.WriteData(id, true, []byte(body))
+}
+
+// h2GoAwayServer is a rawH2Server: on its first connection it answers the
+// first request's HEADERS with GOAWAY (last stream 0: RFC 9113 §6.8, the
+// request was not processed) and closes; later connections answer every
+// request with 200 "ok".
+func h2GoAwayServer(t *testing.T) (url string, roots *tls.Config, requests *atomic.Int32) {
+	t.Helper()
+	requests = new(atomic.Int32)
+	url, roots = rawH2Server(t, func(fr *http2.Framer, first bool) {
+		fr.WriteSettings()
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					fr.WriteSettingsAck()
+				}
+			case *http2.HeadersFrame:
+				requests.Add(1)
+				if first {
+					fr.WriteGoAway(0, http2.ErrCodeNo, nil)
+					return
+				}
+				h2Respond(fr, f.StreamID, "ok")
+			}
+		}
+	})
+	return url, roots, requests
+}
+
+// h2RefusingServer is a rawH2Server that allows limit concurrent streams
+// (SETTINGS_MAX_CONCURRENT_STREAMS) and refuses any stream above it
+// (REFUSED_STREAM, RFC 9113 §8.7), as HAProxy does: a client sends a burst
+// beyond the limit on a new connection before the SETTINGS arrive. Each
+// request is answered "ok" after delay. refused counts the refusals.
+func h2RefusingServer(t *testing.T, limit int, delay time.Duration) (url string, roots *tls.Config, refused *atomic.Int32) {
+	t.Helper()
+	refused = new(atomic.Int32)
+	url, roots = rawH2Server(t, func(fr *http2.Framer, _ bool) {
+		var mu sync.Mutex // the Framer's writes, open
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		open := 0
+		mu.Lock()
+		fr.WriteSettings(http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: uint32(limit)})
+		mu.Unlock()
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					fr.WriteSettingsAck()
+				}
+			case *http2.HeadersFrame:
+				if open >= limit {
+					refused.Add(1)
+					fr.WriteRSTStream(f.StreamID, http2.ErrCodeRefusedStream)
+					break
+				}
+				open++
+				id := f.StreamID
+				wg.Go(func() {
+					time.Sleep(delay)
+					mu.Lock()
+					defer mu.Unlock()
+					h2Respond(fr, id, "ok")
+					open--
+				})
+			}
+			mu.Unlock()
+		}
+	})
+	return url, roots, refused
 }
 
 // A request refused by a GOAWAY that names a lower last stream was not
@@ -488,6 +551,92 @@ func TestH2GoAwayRetried(t *testing.T) {
 				t.Errorf("server saw %d requests, want 2", n)
 			}
 		})
+	}
+}
+
+// A server that allows fewer streams than a client assumes before its
+// SETTINGS arrive (100) refuses the rest of a burst on each new
+// connection. Such refusals are retried at once, and a refused request
+// waits for a connection that knows the limit rather than meet the same on
+// the next new one: net/http's rule (a wait of 1 s before every retry but
+// the first) made requests refused twice wait a second, so every request
+// here has 800 ms.
+func TestH2RefusedBurstRetriedAtOnce(t *testing.T) {
+	verifyNoLeaks(t)
+	url, roots, refused := h2RefusingServer(t, 2, 5*time.Millisecond)
+	tr := newTestTransport(t, TransportOptions{TLSClientConfig: roots, MaxConnsPerHost: 3})
+	for burst := range 3 {
+		var wg sync.WaitGroup
+		for i := range 16 {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(parCtx(t), 800*time.Millisecond)
+				defer cancel()
+				req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					t.Errorf("burst %d, request %d: %v", burst, i, err)
+					return
+				}
+				b, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if string(b) != "ok" || err != nil {
+					t.Errorf("burst %d, request %d: %q, %v", burst, i, b, err)
+				}
+			})
+		}
+		wg.Wait()
+		tr.CloseIdleConnections() // the next burst meets new connections
+	}
+	if refused.Load() == 0 {
+		t.Error("the server refused no stream (the test's own check)")
+	}
+}
+
+// h2Retry(failure, early, strikes) = wait, strikes.
+func TestH2Retry(t *testing.T) {
+	for _, tc := range []struct {
+		f           h2Failure
+		early       bool
+		strikes     int
+		wait        time.Duration
+		wantStrikes int
+	}{
+		{h2Refused, true, 0, 0, 0},
+		{h2Refused, true, 3, 0, 3},                      // a new connection's refusal is never a strike
+		{h2Refused, false, 0, 0, 1},                     // the first strike is retried at once, as net/http's first retry
+		{h2Refused, false, 1, time.Second, 2},           // an overloaded server: net/http's backoff
+		{h2Ended, true, 0, 0, 1},                        // GOAWAY: net/http's rule
+		{h2Ended, false, 1, time.Second, 2},             //
+		{h2Ended, false, 3, 4 * time.Second, 4},         //
+		{h2PeerProtocol, true, 2, 2 * time.Second, 3},   //
+		{h2PeerProtocol, false, 5, 16 * time.Second, 6}, //
+	} {
+		wait, strikes := h2Retry(tc.f, tc.early, tc.strikes)
+		if wait != tc.wait || strikes != tc.wantStrikes {
+			t.Errorf("h2Retry(%d, %v, %d) = %v, %d; want %v, %d", tc.f, tc.early, tc.strikes, wait, strikes, tc.wait, tc.wantStrikes)
+		}
+	}
+}
+
+// h2Classify(err) = failure.
+func TestH2Classify(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want h2Failure
+	}{
+		{nil, h2Final},
+		{errors.New(h2ErrConnUnusable), h2Ended},
+		{errors.New(h2ErrGotGoAway), h2Ended},
+		{fmt.Errorf("wrapped: %w", h2StreamError{StreamID: 3, Code: h2CodeRefusedStream}), h2Refused},
+		{h2StreamError{StreamID: 3, Code: h2CodeProtocol, Cause: errors.New(h2ErrFromPeer)}, h2PeerProtocol},
+		{h2StreamError{StreamID: 3, Code: h2CodeProtocol}, h2Final}, // our own protocol error
+		{h2StreamError{StreamID: 3, Code: 0x2}, h2Final},            // INTERNAL_ERROR: may have been processed
+		{io.ErrUnexpectedEOF, h2Final},
+		{context.DeadlineExceeded, h2Final},
+	} {
+		if got := h2Classify(tc.err); got != tc.want {
+			t.Errorf("h2Classify(%v) = %d, want %d", tc.err, got, tc.want)
+		}
 	}
 }
 

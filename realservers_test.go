@@ -836,6 +836,198 @@ func TestRealNginxH2(t *testing.T) {
 	compareReal(t, ours, std, func(id string) int { return posts[id] }, false)
 }
 
+// h2Count counts, through an Observer, the responses that came over
+// HTTP/2 and the requests sent again.
+type h2Count struct{ heads, h2Heads, resent atomic.Int64 }
+
+func (c *h2Count) observer() *Observer {
+	return &Observer{
+		RequestQueued: func(e RequestEvent) {
+			if e.Attempt > 1 {
+				c.resent.Add(1)
+			}
+		},
+		RequestHeaders: func(e RequestEvent) {
+			c.heads.Add(1)
+			if e.Protocol == "HTTP/2.0" {
+				c.h2Heads.Add(1)
+			}
+		},
+	}
+}
+
+// allH2 checks that every response counted came over HTTP/2.
+func (c *h2Count) allH2(t *testing.T) {
+	t.Helper()
+	t.Logf("pipelined: %d heads, %d over HTTP/2; %d requests sent again", c.heads.Load(), c.h2Heads.Load(), c.resent.Load())
+	if c.heads.Load() == 0 || c.h2Heads.Load() != c.heads.Load() {
+		t.Errorf("%d of %d responses over HTTP/2, want all (the test's own check)", c.h2Heads.Load(), c.heads.Load())
+	}
+}
+
+// TestRealNodeH2 runs GETs (answered at once, after 30 ms, head first and
+// body 20 ms later, 256 KiB) and POSTs through both transports against
+// Node's HTTP/2 server (nghttp2) over TLS, offering h2 and http/1.1, in two
+// bursts: as it is, and ending each session gracefully (GOAWAY) after 20
+// requests. Some GETs are reset by the server (RST_STREAM INTERNAL_ERROR),
+// which fails them with either client. POSTs are counted by the server.
+func TestRealNodeH2(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		perSession int
+	}{
+		{"as it is", 0},
+		{"GOAWAY after 20 requests", 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			verifyNoLeaks(t)
+			node := requireProgram(t, "nodejs", "node", "nodejs")
+			roots, pem := selfSignedPEM(t, t.TempDir())
+			base := startScript(t, node, "node_h2_server.js", pem, "100", strconv.Itoa(tc.perSession), "0")
+			base = "https://" + strings.TrimPrefix(base, "http://")
+			kinds := func(i int) (string, string) {
+				switch i % 20 {
+				case 1, 5, 11, 15:
+					return http.MethodPost, "post"
+				case 2, 12:
+					return http.MethodGet, "flush"
+				case 3, 13:
+					return http.MethodGet, "slow"
+				case 4, 14:
+					return http.MethodGet, "big"
+				case 7:
+					return http.MethodGet, "rst"
+				}
+				return http.MethodGet, "get"
+			}
+			plan := func(p string) []rsRequest {
+				reqs := rsPlan(p, 200, kinds, false)
+				for i, r := range reqs {
+					if r.kind == "big" {
+						reqs[i].want = r.id + strings.Repeat(".", 256*1024-len(r.id))
+					}
+				}
+				return reqs
+			}
+			var count h2Count
+			opts := TransportOptions{TLSClientConfig: &tls.Config{RootCAs: roots}, Observer: count.observer()}
+			var ours, std []rsResult
+			for burst := range 2 {
+				o, s := runBothWith(t, opts, base, func(p string) []rsRequest { return plan(fmt.Sprintf("%s%d", p, burst)) }, 24, 8*time.Second)
+				ours, std = append(ours, o...), append(std, s...)
+			}
+			count.allH2(t)
+			posts := tlsJSONCounts(t, base, roots)
+			compareReal(t, ours, std, posts, false)
+		})
+	}
+}
+
+// tlsJSONCounts is jsonCounts over TLS with roots.
+func tlsJSONCounts(t *testing.T, base string, roots *x509.CertPool) func(string) int {
+	t.Helper()
+	tr := &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{RootCAs: roots}}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Get(base + "/counts")
+	if err != nil {
+		t.Fatalf("GET /counts: %v", err)
+	}
+	defer resp.Body.Close()
+	m := make(map[string]int)
+	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+		t.Fatalf("GET /counts: %v", err)
+	}
+	return func(id string) int { return m[id] }
+}
+
+// TestRealHAProxyH2 runs GETs (small, 30 ms late, 200 KB) and POSTs through
+// both transports against HAProxy over TLS with HTTP/2, which allows 3
+// streams per connection and closes connections idle for 100 ms, in three
+// bursts 100 ms apart. A burst on a new connection goes out before the
+// server's SETTINGS (a client assumes 100 streams until then), and HAProxy
+// refuses the streams above 3 (REFUSED_STREAM) when they arrive first (not
+// always: the test logs how many requests were sent again). Every response
+// of pipelined's must come over HTTP/2, and it fails nothing net/http
+// serves. (TestH2RefusedBurstRetriedAtOnce has a server that always
+// refuses.)
+func TestRealHAProxyH2(t *testing.T) {
+	verifyNoLeaks(t)
+	haproxy := requireProgram(t, "haproxy", "haproxy", "/usr/sbin/haproxy")
+	roots, pem := selfSignedPEM(t, t.TempDir())
+	var mu sync.Mutex
+	posts := make(map[string]int)
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		kind, id, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+		if r.Method == http.MethodPost {
+			mu.Lock()
+			posts[id]++
+			mu.Unlock()
+		}
+		switch kind {
+		case "slow":
+			time.Sleep(30 * time.Millisecond)
+		case "big":
+			id += strings.Repeat(".", 200_000)
+		}
+		io.WriteString(w, id)
+	}))
+	t.Cleanup(backend.Close)
+	addr := startWithConfig(t, haproxy, "haproxy.cfg", func(addr string) string {
+		return fmt.Sprintf(`global
+	maxconn 1000
+	tune.h2.max-concurrent-streams 3
+defaults
+	mode http
+	timeout connect 1s
+	timeout client 5s
+	timeout server 5s
+	timeout http-request 5s
+	timeout http-keep-alive 100ms
+	http-reuse always
+frontend fe
+	bind %s ssl crt %s alpn h2,http/1.1
+	default_backend be
+backend be
+	server s1 %s maxconn 16
+`, addr, pem, strings.TrimPrefix(backend.URL, "http://"))
+	}, "-db", "-f")
+	kinds := func(i int) (string, string) {
+		switch i % 6 {
+		case 1:
+			return http.MethodPost, "post"
+		case 2:
+			return http.MethodGet, "slow"
+		case 3:
+			return http.MethodGet, "big"
+		}
+		return http.MethodGet, "get"
+	}
+	plan := func(p string) []rsRequest {
+		reqs := rsPlan(p, 150, kinds, false)
+		for i, r := range reqs {
+			if r.kind == "big" {
+				reqs[i].want = r.id + strings.Repeat(".", 200_000)
+			}
+		}
+		return reqs
+	}
+	var count h2Count
+	opts := TransportOptions{MaxConnsPerHost: 3, TLSClientConfig: &tls.Config{RootCAs: roots}, Observer: count.observer()}
+	var ours, std []rsResult
+	for burst := range 3 {
+		if burst > 0 {
+			time.Sleep(100 * time.Millisecond) // the keep-alive timeout
+		}
+		o, s := runBothWith(t, opts, "https://"+addr, func(p string) []rsRequest { return plan(fmt.Sprintf("%s%d", p, burst)) }, 24, 8*time.Second)
+		ours, std = append(ours, o...), append(std, s...)
+	}
+	count.allH2(t)
+	mu.Lock()
+	defer mu.Unlock()
+	compareReal(t, ours, std, func(id string) int { return posts[id] }, true)
+}
+
 // TestRealNodeUploads sends request bodies of 300 KiB and 1 MiB (in memory,
 // written from their own memory, and streamed, read through a buffer) with
 // GETs among them through pipelined to Node's http server, which answers
