@@ -207,6 +207,9 @@ type h2Host struct {
 	gen     uint64        // counts the changes that may free a stream
 	changed chan struct{} // closed and replaced on a change if queued > 0
 	closed  bool
+	// answered: a request of the host got an answer over HTTP/2, so its
+	// server allows streams (h2MaxDials).
+	answered bool
 
 	// demoted: the host's latest dial negotiated HTTP/1.1 (another server
 	// at the same address, or a configuration changed): its requests go
@@ -239,12 +242,12 @@ type h2Conn struct {
 	// Guarded by h2Host.mu.
 	claims    int         // requests that chose it and are in RoundTrip
 	used      bool        // has carried a request
-	settled   bool        // has applied the server's SETTINGS (see h2Retry)
 	busy      bool        // streams in flight as last seen
 	closing   bool        // being closed by closeIdle: takes nothing new
 	why       CloseReason // set before we close it, for the Observer
 	idleSince time.Time   // when busy last became false
 	idleTimer *time.Timer // armed when it becomes idle (armIdleLocked)
+	settled   bool        // has applied the server's SETTINGS (h2Retry, takesLocked)
 }
 
 // h2Dial is a dial in progress, guarded by h2Host.mu.
@@ -401,6 +404,8 @@ var errNoStream = errors.New("pipelined: no HTTP/2 stream available")
 
 // h2MaxDials bounds the dials one request starts: each dial that succeeds
 // without leaving it a stream (a server that allows none) may start another.
+// A dial whose stream other requests took, once the server is known to
+// allow some (h2Host.answered), does not count.
 const h2MaxDials = 4
 
 // acquire chooses a connection with a free stream for a request with
@@ -429,7 +434,7 @@ func (h *h2Host) acquire(ctx context.Context, dials *int, settledOnly bool) (c *
 		gen := h.gen
 		conns := buf[:0]
 		for _, c := range h.conns {
-			if !c.closing && (!settledOnly || c.settled || c.claims == 0) {
+			if c.takesLocked(settledOnly) {
 				conns = append(conns, c)
 			}
 		}
@@ -451,7 +456,7 @@ func (h *h2Host) acquire(ctx context.Context, dials *int, settledOnly bool) (c *
 		clear(buf[:])
 		if best != nil {
 			h.mu.Lock()
-			if best.closing || h.closed || settledOnly && !best.settled && best.claims > 0 {
+			if h.closed || !best.takesLocked(settledOnly) {
 				h.mu.Unlock()
 				continue
 			}
@@ -484,20 +489,39 @@ func (h *h2Host) acquire(ctx context.Context, dials *int, settledOnly bool) (c *
 		changed := h.changed
 		h.mu.Unlock()
 		err = nil
+		dialed := false
 		select {
 		case <-changed:
 		case err = <-dialRes:
 			dialRes = nil
+			dialed = err == nil
 		case <-ctx.Done():
 			err = context.Cause(ctx)
 		}
 		h.mu.Lock()
 		h.queued--
+		if dialed && h.answered {
+			*dials-- // lost to other requests, not to a server allowing none
+		}
 		h.mu.Unlock()
 		if err != nil {
 			return nil, httptrace.GotConnInfo{}, false, err // do's release asks maybeEmpty
 		}
 	}
+}
+
+// takesLocked reports whether c may take one more request: it is not
+// closing, and, for a request that a connection refused before it had the
+// server's SETTINGS (settledOnly), it has them, or no request: no server
+// refuses a connection's first stream (h2Retry). h2Host.mu is held.
+func (c *h2Conn) takesLocked(settledOnly bool) bool {
+	switch {
+	case c.closing:
+		return false
+	case settledOnly:
+		return c.settled || c.claims == 0
+	}
+	return true
 }
 
 // startDialLocked dials a new connection in its own goroutine, as the
@@ -665,6 +689,9 @@ func (h *h2Host) do(req *http.Request, gotConnFired bool, queued *RequestEvent) 
 			// SETTINGS (RFC 9113 §3.4: the first frame it sends), which
 			// the connection has applied by now.
 			c.settled = true
+		}
+		if err == nil {
+			h.answered = true
 		}
 		h.mu.Unlock()
 		// The state hook does not report a stream that began and ended

@@ -474,19 +474,23 @@ func h2GoAwayServer(t *testing.T) (url string, roots *tls.Config, requests *atom
 // h2RefusingServer is a rawH2Server that allows limit concurrent streams
 // (SETTINGS_MAX_CONCURRENT_STREAMS) and refuses any stream above it
 // (REFUSED_STREAM, RFC 9113 §8.7), as HAProxy does: a client sends a burst
-// beyond the limit on a new connection before the SETTINGS arrive. Each
-// request is answered "ok" after delay. refused counts the refusals.
-func h2RefusingServer(t *testing.T, limit int, delay time.Duration) (url string, roots *tls.Config, refused *atomic.Int32) {
+// beyond the limit on a new connection before the SETTINGS arrive (they
+// are sent 20 ms after the connection opens). Each
+// request is answered "ok" after delay. refused counts the refusals,
+// later those on connections other than the first.
+func h2RefusingServer(t *testing.T, limit int, delay time.Duration) (url string, roots *tls.Config, refused, later *atomic.Int32) {
 	t.Helper()
-	refused = new(atomic.Int32)
-	url, roots = rawH2Server(t, func(fr *http2.Framer, _ bool) {
+	refused, later = new(atomic.Int32), new(atomic.Int32)
+	url, roots = rawH2Server(t, func(fr *http2.Framer, first bool) {
 		var mu sync.Mutex // the Framer's writes, open
 		var wg sync.WaitGroup
 		defer wg.Wait()
 		open := 0
-		mu.Lock()
+		// The SETTINGS, the first frame a server sends (RFC 9113 §3.4),
+		// come 20 ms late, so that a burst goes out before them, whatever
+		// the order of the client's goroutines.
+		time.Sleep(20 * time.Millisecond)
 		fr.WriteSettings(http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: uint32(limit)})
-		mu.Unlock()
 		for {
 			f, err := fr.ReadFrame()
 			if err != nil {
@@ -501,6 +505,9 @@ func h2RefusingServer(t *testing.T, limit int, delay time.Duration) (url string,
 			case *http2.HeadersFrame:
 				if open >= limit {
 					refused.Add(1)
+					if !first {
+						later.Add(1)
+					}
 					fr.WriteRSTStream(f.StreamID, http2.ErrCodeRefusedStream)
 					break
 				}
@@ -517,7 +524,7 @@ func h2RefusingServer(t *testing.T, limit int, delay time.Duration) (url string,
 			mu.Unlock()
 		}
 	})
-	return url, roots, refused
+	return url, roots, refused, later
 }
 
 // A request refused by a GOAWAY that names a lower last stream was not
@@ -563,7 +570,7 @@ func TestH2GoAwayRetried(t *testing.T) {
 // here has 800 ms.
 func TestH2RefusedBurstRetriedAtOnce(t *testing.T) {
 	verifyNoLeaks(t)
-	url, roots, refused := h2RefusingServer(t, 2, 5*time.Millisecond)
+	url, roots, refused, _ := h2RefusingServer(t, 2, 5*time.Millisecond)
 	tr := newTestTransport(t, TransportOptions{TLSClientConfig: roots, MaxConnsPerHost: 3})
 	for burst := range 3 {
 		var wg sync.WaitGroup
@@ -614,6 +621,29 @@ func TestH2Retry(t *testing.T) {
 		wait, strikes := h2Retry(tc.f, tc.early, tc.strikes)
 		if wait != tc.wait || strikes != tc.wantStrikes {
 			t.Errorf("h2Retry(%d, %v, %d) = %v, %d; want %v, %d", tc.f, tc.early, tc.strikes, wait, strikes, tc.wait, tc.wantStrikes)
+		}
+	}
+}
+
+// takesLocked(conn, settledOnly) = takes.
+func TestH2TakesLocked(t *testing.T) {
+	for _, tc := range []struct {
+		closing, settled bool
+		claims           int
+		settledOnly      bool
+		want             bool
+	}{
+		{want: true},                    // a new connection: 100 streams assumed
+		{claims: 50, want: true},        //
+		{closing: true, want: false},    //
+		{settledOnly: true, want: true}, // refused by a new connection: only as a first stream
+		{settledOnly: true, claims: 1, want: false},
+		{settledOnly: true, settled: true, claims: 3, want: true},
+		{settledOnly: true, closing: true, settled: true, want: false},
+	} {
+		c := &h2Conn{closing: tc.closing, claims: tc.claims, settled: tc.settled}
+		if got := c.takesLocked(tc.settledOnly); got != tc.want {
+			t.Errorf("takesLocked(%+v) = %v, want %v", tc, got, tc.want)
 		}
 	}
 }
@@ -1171,6 +1201,15 @@ func TestH2HostTurnsBackToHTTP1(t *testing.T) {
 		want   string
 	}{{false, "HTTP/2.0"}, {true, "HTTP/1.1"}, {false, "HTTP/2.0"}, {true, "HTTP/1.1"}} {
 		h1only.Store(phase.h1only)
+		// The last phase's connections are closed once idle and none is
+		// being dialed: an HTTP/2 stream may count in flight for a moment
+		// after its body was read, and a dial the last phase started may
+		// still be going; either connection would serve the next phase in
+		// its own protocol, as net/http's would (1 run in 30 failed).
+		waitFor(t, "every connection idle, none dialing", func() bool {
+			s, ok := tr.Stats()[srv.URL]
+			return !ok || s.Idle == s.Open && s.Dialing == 0
+		})
 		tr.CloseIdleConnections()
 		// Several at once: one dials, the others wait for it.
 		var wg sync.WaitGroup

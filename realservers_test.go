@@ -869,21 +869,24 @@ func (c *h2Count) allH2(t *testing.T) {
 // body 20 ms later, 256 KiB) and POSTs through both transports against
 // Node's HTTP/2 server (nghttp2) over TLS, offering h2 and http/1.1, in two
 // bursts: as it is, and ending each session gracefully (GOAWAY) after 20
-// requests. Some GETs are reset by the server (RST_STREAM INTERNAL_ERROR),
-// which fails them with either client. POSTs are counted by the server.
+// requests. (Not here: a server allowing few streams, on whose new
+// connections a burst may exceed the limit nghttp2 acknowledged, which
+// ends the connection: docs/design.md, HTTP/2.) Some GETs are reset by the
+// server (RST_STREAM INTERNAL_ERROR), which fails them with either client.
+// POSTs are counted by the server.
 func TestRealNodeH2(t *testing.T) {
 	for _, tc := range []struct {
-		name       string
-		perSession int
+		name                string
+		streams, perSession int
 	}{
-		{"as it is", 0},
-		{"GOAWAY after 20 requests", 20},
+		{"as it is", 100, 0},
+		{"GOAWAY after 20 requests", 100, 20},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			verifyNoLeaks(t)
 			node := requireProgram(t, "nodejs", "node", "nodejs")
 			roots, pem := selfSignedPEM(t, t.TempDir())
-			base := startScript(t, node, "node_h2_server.js", pem, "100", strconv.Itoa(tc.perSession), "0")
+			base := startScript(t, node, "node_h2_server.js", pem, strconv.Itoa(tc.streams), strconv.Itoa(tc.perSession), "0")
 			base = "https://" + strings.TrimPrefix(base, "http://")
 			kinds := func(i int) (string, string) {
 				switch i % 20 {
