@@ -445,10 +445,17 @@ func runBothWith(t *testing.T, opts TransportOptions, base string, plan func(pre
 // jsonCounts returns a postCount function reading GET base/counts.
 func jsonCounts(t *testing.T, base string) func(string) int {
 	t.Helper()
+	return tlsJSONCounts(t, base, nil)
+}
+
+// tlsJSONCounts is jsonCounts with roots for an https base (nil: the
+// system's).
+func tlsJSONCounts(t *testing.T, base string, roots *x509.CertPool) func(string) int {
+	t.Helper()
 	// A transport of its own that keeps no connection: net/http's
 	// DefaultTransport may pool the connection after a CloseIdleConnections
 	// call, and its goroutines would outlive the test's leak check.
-	tr := &http.Transport{DisableKeepAlives: true}
+	tr := &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{RootCAs: roots}}
 	defer tr.CloseIdleConnections()
 	resp, err := (&http.Client{Transport: tr}).Get(base + "/counts")
 	if err != nil {
@@ -668,23 +675,7 @@ func TestRealPython(t *testing.T) {
 func TestRealHAProxy(t *testing.T) {
 	verifyNoLeaks(t)
 	haproxy := requireProgram(t, "haproxy", "haproxy", "/usr/sbin/haproxy")
-	var mu sync.Mutex
-	posts := make(map[string]int)
-	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		kind, id, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
-		if r.Method == http.MethodPost {
-			mu.Lock()
-			posts[id]++
-			mu.Unlock()
-		}
-		if kind == "slow" {
-			time.Sleep(30 * time.Millisecond)
-		}
-		w.Header().Set("X-Id", id)
-		io.WriteString(w, id)
-	}))
-	t.Cleanup(backend.Close)
+	backend, posts := haproxyBackend(t)
 	addr := startWithConfig(t, haproxy, "haproxy.cfg", func(addr string) string {
 		return fmt.Sprintf(`global
 	maxconn 1000
@@ -721,9 +712,54 @@ backend be
 		o, s := runBoth(t, base, func(p string) []rsRequest { return rsPlan(fmt.Sprintf("%s%d", p, burst), 200, kinds, false) }, 48, 8*time.Second)
 		ours, std = append(ours, o...), append(std, s...)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	compareReal(t, ours, std, func(id string) int { return posts[id] }, true)
+	compareReal(t, ours, std, posts, true)
+}
+
+// haproxyBackend starts the Go server behind the HAProxy tests: it answers
+// /<kind>/<id> with the id, after 30 ms for the kind slow, padded to
+// bigSize with dots for the kind big, and counts POSTs (posts).
+func haproxyBackend(t *testing.T) (srv *httptest.Server, posts func(id string) int) {
+	var mu sync.Mutex
+	counts := make(map[string]int)
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		kind, id, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+		if r.Method == http.MethodPost {
+			mu.Lock()
+			counts[id]++
+			mu.Unlock()
+		}
+		w.Header().Set("X-Id", id)
+		switch kind {
+		case "slow":
+			time.Sleep(30 * time.Millisecond)
+		case "big":
+			id = padBig(id)
+		}
+		io.WriteString(w, id)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, func(id string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return counts[id]
+	}
+}
+
+// bigSize is the size of a "big" answer in the real-server loads.
+const bigSize = 256 << 10
+
+// padBig returns the answer of a "big" request with id: the id, then dots.
+func padBig(id string) string { return id + strings.Repeat(".", bigSize-len(id)) }
+
+// wantBig sets the answer wanted from the "big" requests of reqs.
+func wantBig(reqs []rsRequest) []rsRequest {
+	for i, r := range reqs {
+		if r.kind == "big" {
+			reqs[i].want = padBig(r.id)
+		}
+	}
+	return reqs
 }
 
 // TestRealNginxReload runs GETs and POSTs against nginx (with a master
@@ -903,15 +939,7 @@ func TestRealNodeH2(t *testing.T) {
 				}
 				return http.MethodGet, "get"
 			}
-			plan := func(p string) []rsRequest {
-				reqs := rsPlan(p, 200, kinds, false)
-				for i, r := range reqs {
-					if r.kind == "big" {
-						reqs[i].want = r.id + strings.Repeat(".", 256*1024-len(r.id))
-					}
-				}
-				return reqs
-			}
+			plan := func(p string) []rsRequest { return wantBig(rsPlan(p, 200, kinds, false)) }
 			var count h2Count
 			opts := TransportOptions{TLSClientConfig: &tls.Config{RootCAs: roots}, Observer: count.observer()}
 			var ours, std []rsResult
@@ -926,24 +954,7 @@ func TestRealNodeH2(t *testing.T) {
 	}
 }
 
-// tlsJSONCounts is jsonCounts over TLS with roots.
-func tlsJSONCounts(t *testing.T, base string, roots *x509.CertPool) func(string) int {
-	t.Helper()
-	tr := &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{RootCAs: roots}}
-	defer tr.CloseIdleConnections()
-	resp, err := (&http.Client{Transport: tr}).Get(base + "/counts")
-	if err != nil {
-		t.Fatalf("GET /counts: %v", err)
-	}
-	defer resp.Body.Close()
-	m := make(map[string]int)
-	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
-		t.Fatalf("GET /counts: %v", err)
-	}
-	return func(id string) int { return m[id] }
-}
-
-// TestRealHAProxyH2 runs GETs (small, 30 ms late, 200 KB) and POSTs through
+// TestRealHAProxyH2 runs GETs (small, 30 ms late, 256 KiB) and POSTs through
 // both transports against HAProxy over TLS with HTTP/2, which allows 3
 // streams per connection and closes connections idle for 100 ms, in three
 // bursts 100 ms apart. A burst on a new connection goes out before the
@@ -957,25 +968,7 @@ func TestRealHAProxyH2(t *testing.T) {
 	verifyNoLeaks(t)
 	haproxy := requireProgram(t, "haproxy", "haproxy", "/usr/sbin/haproxy")
 	roots, pem := selfSignedPEM(t, t.TempDir())
-	var mu sync.Mutex
-	posts := make(map[string]int)
-	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		kind, id, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
-		if r.Method == http.MethodPost {
-			mu.Lock()
-			posts[id]++
-			mu.Unlock()
-		}
-		switch kind {
-		case "slow":
-			time.Sleep(30 * time.Millisecond)
-		case "big":
-			id += strings.Repeat(".", 200_000)
-		}
-		io.WriteString(w, id)
-	}))
-	t.Cleanup(backend.Close)
+	backend, posts := haproxyBackend(t)
 	addr := startWithConfig(t, haproxy, "haproxy.cfg", func(addr string) string {
 		return fmt.Sprintf(`global
 	maxconn 1000
@@ -1006,15 +999,7 @@ backend be
 		}
 		return http.MethodGet, "get"
 	}
-	plan := func(p string) []rsRequest {
-		reqs := rsPlan(p, 150, kinds, false)
-		for i, r := range reqs {
-			if r.kind == "big" {
-				reqs[i].want = r.id + strings.Repeat(".", 200_000)
-			}
-		}
-		return reqs
-	}
+	plan := func(p string) []rsRequest { return wantBig(rsPlan(p, 150, kinds, false)) }
 	var count h2Count
 	opts := TransportOptions{MaxConnsPerHost: 3, TLSClientConfig: &tls.Config{RootCAs: roots}, Observer: count.observer()}
 	var ours, std []rsResult
@@ -1026,9 +1011,7 @@ backend be
 		ours, std = append(ours, o...), append(std, s...)
 	}
 	count.allH2(t)
-	mu.Lock()
-	defer mu.Unlock()
-	compareReal(t, ours, std, func(id string) int { return posts[id] }, true)
+	compareReal(t, ours, std, posts, true)
 }
 
 // TestRealNodeUploads sends request bodies of 300 KiB and 1 MiB (in memory,
