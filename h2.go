@@ -807,11 +807,10 @@ func h2Classify(err error) h2Failure {
 // tune.h2.max-concurrent-streams, lighttpd, Node's maxConcurrentStreams).
 // net/http's rule made such a request wait a second when a second new
 // connection refused it too. Every other failure is a strike: the first is
-// retried at once, later ones after 1 s, 2 s, 4 s…; the end of a
-// connection (GOAWAY) too, for the requests a server ends its connections
-// under find the next connection ending as well when it ends them after a
-// few requests, and only the wait spreads them out. At most h2MaxRetries
-// retries either way.
+// retried at once, later ones after 1 s, 2 s, 4 s…. The end of a
+// connection (GOAWAY) is one too: a server that ends its connections every
+// few requests ends the next one under the retried requests as well, and
+// only the wait spreads them out. At most h2MaxRetries retries either way.
 func h2Retry(f h2Failure, early bool, strikes int) (wait time.Duration, _ int) {
 	if f == h2Refused && early {
 		return 0, strikes
