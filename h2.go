@@ -23,6 +23,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -711,7 +712,13 @@ func (h *h2Host) do(req *http.Request, gotConnFired bool, queued *RequestEvent) 
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
-		if retry >= h2MaxRetries || fail == h2Final {
+		if fail == h2Final {
+			if c.cc.Err() != nil { // the connection is gone
+				err = h2ConnLost(err)
+			}
+			return nil, err
+		}
+		if retry >= h2MaxRetries {
 			return nil, err
 		}
 		next, rerr := h2Rewind(cur, err)
@@ -791,6 +798,35 @@ func h2Classify(err error) h2Failure {
 		}
 	}
 	return h2Final
+}
+
+// h2ErrGoAwayClosed begins the standard library's error for a connection
+// that the server closed after a GOAWAY naming this stream or a later one
+// (http2GoAwayError, unexported), and h2ErrConnLost its error for a
+// connection that stopped answering its pings.
+const (
+	h2ErrGoAwayClosed = "http2: server sent GOAWAY and closed the connection"
+	h2ErrConnLost     = "http2: client connection lost"
+)
+
+// h2ConnLost returns err, an attempt's final error on a connection now
+// closed, as a *ConnError that matches ErrServerClosed if it says the
+// connection failed under the request: closed without a GOAWAY that spared it (io.ErrUnexpectedEOF),
+// closed after one that did not, reset, or lost. The stream had begun (an
+// error before it began is h2Ended), so the server may have processed the
+// request, as ErrServerClosed says over HTTP/1.1. Other errors (a stream
+// reset by the server, a timeout, a cancellation, a malformed answer) are
+// returned as they are.
+func h2ConnLost(err error) error {
+	var ne net.Error
+	s := err.Error()
+	switch {
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF),
+		strings.HasPrefix(s, h2ErrGoAwayClosed), s == h2ErrConnLost,
+		errors.As(err, &ne) && !ne.Timeout():
+		return &ConnError{Err: err, Written: true}
+	}
+	return err
 }
 
 // h2Retry decides the wait before a request is sent again after an attempt

@@ -599,6 +599,49 @@ func TestH2RefusedBurstRetriedAtOnce(t *testing.T) {
 	}
 }
 
+// A connection closed under a request that the server may have processed
+// (no GOAWAY spared it) fails the request with an error that matches
+// ErrServerClosed, as over HTTP/1.1, and still matches the standard
+// library's cause; the POST is not sent again.
+func TestH2ConnClosedUnderRequest(t *testing.T) {
+	verifyNoLeaks(t)
+	var requests atomic.Int32
+	url, roots := rawH2Server(t, func(fr *http2.Framer, _ bool) {
+		fr.WriteSettings()
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					fr.WriteSettingsAck()
+				}
+			case *http2.DataFrame:
+				if f.StreamEnded() {
+					requests.Add(1)
+					return // the request is in: close without answering
+				}
+			}
+		}
+	})
+	tr := newTestTransport(t, TransportOptions{TLSClientConfig: roots})
+	req, _ := http.NewRequestWithContext(parCtx(t), "POST", url, strings.NewReader("payload"))
+	resp, err := tr.RoundTrip(req)
+	if err == nil {
+		resp.Body.Close()
+		t.Fatal("RoundTrip succeeded, want an error")
+	}
+	var ce *ConnError
+	if !errors.Is(err, ErrServerClosed) || !errors.As(err, &ce) || !ce.Written || !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("RoundTrip error %q (%T): want a *ConnError matching ErrServerClosed and io.ErrUnexpectedEOF", err, err)
+	}
+	if n := requests.Load(); n != 1 {
+		t.Errorf("the server got the POST %d times, want 1", n)
+	}
+}
+
 // h2Retry(failure, early, strikes) = wait, strikes.
 func TestH2Retry(t *testing.T) {
 	for _, tc := range []struct {
