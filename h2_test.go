@@ -431,6 +431,27 @@ func rawH2Server(t *testing.T, serve func(fr *http2.Framer, first bool)) (url st
 	return "https://" + ln.Addr().String(), roots
 }
 
+// h2ServeFrames reads the client's frames, acknowledging its SETTINGS, and
+// hands each other frame to serve until serve returns false or the
+// connection ends.
+func h2ServeFrames(fr *http2.Framer, serve func(http2.Frame) bool) {
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			return
+		}
+		if sf, ok := f.(*http2.SettingsFrame); ok {
+			if !sf.IsAck() {
+				fr.WriteSettingsAck()
+			}
+			continue
+		}
+		if !serve(f) {
+			return
+		}
+	}
+}
+
 // h2Respond writes a 200 response with body to stream id.
 func h2Respond(fr *http2.Framer, id uint32, body string) {
 	var hb bytes.Buffer
@@ -448,25 +469,17 @@ func h2GoAwayServer(t *testing.T) (url string, roots *tls.Config, requests *atom
 	requests = new(atomic.Int32)
 	url, roots = rawH2Server(t, func(fr *http2.Framer, first bool) {
 		fr.WriteSettings()
-		for {
-			f, err := fr.ReadFrame()
-			if err != nil {
-				return
-			}
-			switch f := f.(type) {
-			case *http2.SettingsFrame:
-				if !f.IsAck() {
-					fr.WriteSettingsAck()
-				}
-			case *http2.HeadersFrame:
+		h2ServeFrames(fr, func(f http2.Frame) bool {
+			if f, ok := f.(*http2.HeadersFrame); ok {
 				requests.Add(1)
 				if first {
 					fr.WriteGoAway(0, http2.ErrCodeNo, nil)
-					return
+					return false
 				}
 				h2Respond(fr, f.StreamID, "ok")
 			}
-		}
+			return true
+		})
 	})
 	return url, roots, requests
 }
@@ -608,23 +621,13 @@ func TestH2ConnClosedUnderRequest(t *testing.T) {
 	var requests atomic.Int32
 	url, roots := rawH2Server(t, func(fr *http2.Framer, _ bool) {
 		fr.WriteSettings()
-		for {
-			f, err := fr.ReadFrame()
-			if err != nil {
-				return
+		h2ServeFrames(fr, func(f http2.Frame) bool {
+			if f, ok := f.(*http2.DataFrame); ok && f.StreamEnded() {
+				requests.Add(1)
+				return false // the request is in: close without answering
 			}
-			switch f := f.(type) {
-			case *http2.SettingsFrame:
-				if !f.IsAck() {
-					fr.WriteSettingsAck()
-				}
-			case *http2.DataFrame:
-				if f.StreamEnded() {
-					requests.Add(1)
-					return // the request is in: close without answering
-				}
-			}
-		}
+			return true
+		})
 	})
 	tr := newTestTransport(t, TransportOptions{TLSClientConfig: roots})
 	req, _ := http.NewRequestWithContext(parCtx(t), "POST", url, strings.NewReader("payload"))

@@ -16,71 +16,51 @@
 //              without answering
 // Every POST id is counted; GET /counts answers the counts as JSON.
 'use strict';
+const common = require('./common.js');
 const http2 = require('http2');
 const fs = require('fs');
 const pem = fs.readFileSync(process.argv[2]);
 const maxStreams = Number(process.argv[3] || 100);
 const perSession = Number(process.argv[4] || 0);
 const idleMs = Number(process.argv[5] || 0);
-const posts = new Map();
 
 const server = http2.createSecureServer({
   key: pem, cert: pem, allowHTTP1: true,
   settings: { maxConcurrentStreams: maxStreams },
-}, (req, res) => {
-  let size = 0, sum = 0;
-  req.on('data', (chunk) => {
-    size += chunk.length;
-    for (const b of chunk) sum = (sum + b) >>> 0;
-  });
-  req.on('end', () => {
-    if (req.url === '/counts') {
-      res.setHeader('Content-Type', 'application/json');
-      res.end(JSON.stringify(Object.fromEntries(posts)));
-      return;
-    }
-    const m = /^\/([a-z]+)\/([^/?]+)$/.exec(req.url);
-    if (!m) {
+}, common.handler((req, res, kind, id, size, sum) => {
+  if (req.stream && perSession > 0) {
+    const s = req.stream.session;
+    s.served = (s.served || 0) + 1;
+    if (s.served === perSession) setImmediate(() => s.close());
+  }
+  switch (kind) {
+    case 'get':
+    case 'post':
+      res.end(id);
+      break;
+    case 'flush':
+      res.writeHead(200);
+      res.write('');
+      setTimeout(() => res.end(id), 20);
+      break;
+    case 'slow':
+      setTimeout(() => res.end(id), 30);
+      break;
+    case 'big':
+      res.end(id + '.'.repeat(256 * 1024 - id.length));
+      break;
+    case 'upload':
+      res.end(id + ' ' + size + ' ' + sum);
+      break;
+    case 'rst':
+      if (req.stream) req.stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR);
+      else req.socket.destroy();
+      break;
+    default:
       res.statusCode = 404;
-      res.end('no such path');
-      return;
-    }
-    const kind = m[1], id = m[2];
-    if (req.method === 'POST') posts.set(id, (posts.get(id) || 0) + 1);
-    if (req.stream && perSession > 0) {
-      const s = req.stream.session;
-      s.served = (s.served || 0) + 1;
-      if (s.served === perSession) setImmediate(() => s.close());
-    }
-    switch (kind) {
-      case 'get':
-      case 'post':
-        res.end(id);
-        break;
-      case 'flush':
-        res.writeHead(200);
-        res.write('');
-        setTimeout(() => res.end(id), 20);
-        break;
-      case 'slow':
-        setTimeout(() => res.end(id), 30);
-        break;
-      case 'big':
-        res.end(id + '.'.repeat(256 * 1024 - id.length));
-        break;
-      case 'upload':
-        res.end(id + ' ' + size + ' ' + sum);
-        break;
-      case 'rst':
-        if (req.stream) req.stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR);
-        else req.socket.destroy();
-        break;
-      default:
-        res.statusCode = 404;
-        res.end('no such kind');
-    }
-  });
-});
+      res.end('no such kind');
+  }
+}));
 server.on('sessionError', (e) => process.stderr.write('sessionError ' + e + '\n'));
 server.on('session', (s) => {
   s.on('error', (e) => process.stderr.write('session error ' + e + '\n'));

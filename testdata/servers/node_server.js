@@ -16,97 +16,77 @@
 //   release    answer the held request for the id, if it is still open
 // Every POST id is counted; GET /counts answers the counts as JSON.
 'use strict';
+const common = require('./common.js');
 const http = require('http');
 const keepAliveMs = Number(process.argv[2] || 5000);
 const maxPerSocket = Number(process.argv[3] || 0);
-const posts = new Map();
 const stalled = new Map(); // id -> {res, gone}
 
-const server = http.createServer((req, res) => {
-  let size = 0, sum = 0;
-  req.on('data', (chunk) => {
-    size += chunk.length;
-    for (const b of chunk) sum = (sum + b) >>> 0;
-  });
-  req.on('end', () => {
-    if (req.url === '/counts') {
-      res.setHeader('Content-Type', 'application/json');
-      res.end(JSON.stringify(Object.fromEntries(posts)));
-      return;
+const server = http.createServer(common.handler((req, res, kind, id, size, sum) => {
+  switch (kind) {
+    case 'get':
+    case 'post':
+      res.setHeader('X-Id', id);
+      res.end(id);
+      break;
+    case 'flush':
+      res.setHeader('X-Id', id);
+      res.flushHeaders();
+      setTimeout(() => res.end(id), 20);
+      break;
+    case 'flushclose':
+      res.setHeader('X-Id', id);
+      res.setHeader('Connection', 'close');
+      res.flushHeaders();
+      setTimeout(() => res.end(id), 20);
+      break;
+    case 'slow':
+      setTimeout(() => { res.setHeader('X-Id', id); res.end(id); }, 30);
+      break;
+    case 'upload':
+      res.setHeader('X-Id', id);
+      res.end(id + ' ' + size + ' ' + sum);
+      break;
+    case 'stall': {
+      if (!stalled.has(id)) {
+        const h = { res, gone: false };
+        res.on('close', () => { if (!res.writableEnded) h.gone = true; });
+        stalled.set(id, h);
+        break;
+      }
+      res.setHeader('X-Id', id);
+      res.setHeader('X-Copy', '1');
+      res.end(id);
+      break;
     }
-    const m = /^\/([a-z]+)\/([^/?]+)$/.exec(req.url);
-    if (!m) {
+    case 'held': {
+      const h = stalled.get(id);
+      res.end(!h ? 'none' : h.gone ? 'gone' : 'held');
+      break;
+    }
+    case 'release': {
+      const h = stalled.get(id);
+      if (h && !h.gone && !h.res.writableEnded) {
+        h.res.setHeader('X-Id', id);
+        h.res.end(id);
+      }
+      res.end('ok');
+      break;
+    }
+    case 'destroy':
+      req.socket.destroy();
+      break;
+    case 'cut':
+      res.setHeader('X-Id', id);
+      res.setHeader('Content-Length', String(id.length + 100));
+      res.flushHeaders();
+      setTimeout(() => req.socket.destroy(), 5);
+      break;
+    default:
       res.statusCode = 404;
-      res.end('no such path');
-      return;
-    }
-    const kind = m[1], id = m[2];
-    if (req.method === 'POST') posts.set(id, (posts.get(id) || 0) + 1);
-    switch (kind) {
-      case 'get':
-      case 'post':
-        res.setHeader('X-Id', id);
-        res.end(id);
-        break;
-      case 'flush':
-        res.setHeader('X-Id', id);
-        res.flushHeaders();
-        setTimeout(() => res.end(id), 20);
-        break;
-      case 'flushclose':
-        res.setHeader('X-Id', id);
-        res.setHeader('Connection', 'close');
-        res.flushHeaders();
-        setTimeout(() => res.end(id), 20);
-        break;
-      case 'slow':
-        setTimeout(() => { res.setHeader('X-Id', id); res.end(id); }, 30);
-        break;
-      case 'upload':
-        res.setHeader('X-Id', id);
-        res.end(id + ' ' + size + ' ' + sum);
-        break;
-      case 'stall': {
-        if (!stalled.has(id)) {
-          const h = { res, gone: false };
-          res.on('close', () => { if (!res.writableEnded) h.gone = true; });
-          stalled.set(id, h);
-          break;
-        }
-        res.setHeader('X-Id', id);
-        res.setHeader('X-Copy', '1');
-        res.end(id);
-        break;
-      }
-      case 'held': {
-        const h = stalled.get(id);
-        res.end(!h ? 'none' : h.gone ? 'gone' : 'held');
-        break;
-      }
-      case 'release': {
-        const h = stalled.get(id);
-        if (h && !h.gone && !h.res.writableEnded) {
-          h.res.setHeader('X-Id', id);
-          h.res.end(id);
-        }
-        res.end('ok');
-        break;
-      }
-      case 'destroy':
-        req.socket.destroy();
-        break;
-      case 'cut':
-        res.setHeader('X-Id', id);
-        res.setHeader('Content-Length', String(id.length + 100));
-        res.flushHeaders();
-        setTimeout(() => req.socket.destroy(), 5);
-        break;
-      default:
-        res.statusCode = 404;
-        res.end('no such kind');
-    }
-  });
-});
+      res.end('no such kind');
+  }
+}));
 server.keepAliveTimeout = keepAliveMs;
 if (maxPerSocket > 0) server.maxRequestsPerSocket = maxPerSocket;
 server.on('dropRequest', () => { process.stderr.write('dropRequest (503)\n'); });
