@@ -811,12 +811,12 @@ const (
 
 // h2ConnLost returns err, an attempt's final error on a connection now
 // closed, as a *ConnError that matches ErrServerClosed if it says the
-// connection failed under the request: closed without a GOAWAY that spared it (io.ErrUnexpectedEOF),
-// closed after one that did not, reset, or lost. The stream had begun (an
-// error before it began is h2Ended), so the server may have processed the
-// request, as ErrServerClosed says over HTTP/1.1. Other errors (a stream
-// reset by the server, a timeout, a cancellation, a malformed answer) are
-// returned as they are.
+// connection failed under the request: closed without a GOAWAY that
+// spared it (io.ErrUnexpectedEOF), closed after one that did not, reset,
+// or lost. The stream had begun (an error before it began is h2Ended), so
+// the server may have processed the request, as ErrServerClosed says over
+// HTTP/1.1. Other errors (a stream reset by the server, a timeout, a
+// cancellation, a malformed answer) are returned as they are.
 func h2ConnLost(err error) error {
 	var ne net.Error
 	s := err.Error()

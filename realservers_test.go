@@ -21,6 +21,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -1234,12 +1235,12 @@ func startApache(t *testing.T, apache string, st staticSite, useH2 bool) string 
 	if useH2 {
 		load = append(load, "http2")
 	}
-	user := "www-data"
-	if _, err := exec.LookPath("id"); err == nil && exec.Command("id", user).Run() != nil {
-		user = "nobody"
+	runAs, group := "www-data", "www-data"
+	if _, err := user.Lookup(runAs); err != nil {
+		runAs, group = "nobody", "nogroup"
 	}
 	for _, p := range []string{st.dir, filepath.Dir(st.dir)} {
-		os.Chmod(p, 0o777)
+		os.Chmod(p, 0o755) // t.TempDir's are 0700
 	}
 	run := filepath.Join(st.dir, "run")
 	if err := os.MkdirAll(run, 0o777); err != nil {
@@ -1274,7 +1275,7 @@ ForceType text/plain
 <Location /gz/>
 	AddOutputFilterByType DEFLATE text/plain
 </Location>
-`, addr, user, map[string]string{"nobody": "nogroup"}[user]+map[string]string{"www-data": "www-data"}[user], run, run, run, run, st.www, filepath.Join(st.www, "echo.sh"))
+`, addr, runAs, group, run, run, run, run, st.www, filepath.Join(st.www, "echo.sh"))
 		if st.pem != "" {
 			fmt.Fprintf(&b, "SSLEngine on\nSSLCertificateFile %q\nSSLSessionCache none\n", st.pem)
 		}
