@@ -420,7 +420,7 @@ const h2MaxDials = 4
 // refused), the request takes no such connection unless the connection
 // has no request, for a server refuses no connection's first stream.
 func (h *h2Host) acquire(ctx context.Context, dials *int, settledOnly bool) (c *h2Conn, info httptrace.GotConnInfo, early bool, err error) {
-	var buf [8]*h2Conn
+	var buf [8]h2Choice
 	var dialRes chan error // the result of the dial this request started
 	for {
 		h.mu.Lock()
@@ -436,28 +436,31 @@ func (h *h2Host) acquire(ctx context.Context, dials *int, settledOnly bool) (c *
 		conns := buf[:0]
 		for _, c := range h.conns {
 			if c.takesLocked(settledOnly) {
-				conns = append(conns, c)
+				conns = append(conns, h2Choice{c, c.claims})
 			}
 		}
 		h.mu.Unlock()
 
 		// Idle first, then the most free streams. Outside mu.
 		var best *h2Conn
-		bestAvail, bestIdle := 0, false
-		for _, c := range conns {
-			avail := c.cc.Available()
+		bestAvail, bestClaims, bestIdle := 0, 0, false
+		for _, ch := range conns {
+			// InFlight first: a stream opened between the two looks then
+			// makes the sum smaller than the limit, not larger.
+			inFlight := ch.c.cc.InFlight()
+			avail, idle := h2Free(ch.c.cc.Available(), inFlight, ch.claims)
 			if avail == 0 {
 				continue
 			}
-			idle := c.cc.InFlight() == 0
 			if best == nil || (idle && !bestIdle) || (idle == bestIdle && avail > bestAvail) {
-				best, bestAvail, bestIdle = c, avail, idle
+				best, bestAvail, bestClaims, bestIdle = ch.c, avail, ch.claims, idle
 			}
 		}
 		clear(buf[:])
 		if best != nil {
 			h.mu.Lock()
-			if h.closed || !best.takesLocked(settledOnly) {
+			// Others may have claimed its free streams since the look.
+			if h.closed || !best.takesLocked(settledOnly) || best.claims-bestClaims >= bestAvail {
 				h.mu.Unlock()
 				continue
 			}
@@ -509,6 +512,30 @@ func (h *h2Host) acquire(ctx context.Context, dials *int, settledOnly bool) (c *
 			return nil, httptrace.GotConnInfo{}, false, err // do's release asks maybeEmpty
 		}
 	}
+}
+
+// h2Choice is a connection as acquire saw it under h2Host.mu.
+type h2Choice struct {
+	c      *h2Conn
+	claims int
+}
+
+// h2Free estimates the free streams of a connection whose ClientConn
+// reports avail free streams and inFlight streams in use, and which claims
+// requests chose (h2Conn.claims, requests inside RoundTrip): idle reports
+// that it has no stream and no claim. A request that chose the connection
+// opens its stream inside RoundTrip, a moment later, so a burst that went
+// by Available alone would choose the same connection until its first
+// streams opened: 238 of 300 requests on one connection, the rest waiting
+// there for a stream while others stood free. The streams in use are at
+// least the claims (each becomes one) and at least inFlight (which also
+// counts streams whose requests returned and whose bodies are still
+// flowing), so the larger of the two is taken off the connection's limit,
+// avail + inFlight. It may count a stream twice for a moment, never a
+// claim not at all.
+func h2Free(avail, inFlight, claims int) (free int, idle bool) {
+	free = max(0, avail-max(0, claims-inFlight))
+	return free, inFlight == 0 && claims == 0
 }
 
 // takesLocked reports whether c may take one more request: it is not

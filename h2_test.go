@@ -258,6 +258,76 @@ func TestH2BurstDialsOnce(t *testing.T) {
 	tr.Close()
 }
 
+// A burst larger than a connection's streams spreads over the connections
+// MaxConnsPerHost allows: requests that chose a connection and have not
+// yet opened their streams count against its free streams (h2Free), so
+// that a burst does not pile onto the first connection and wait there
+// for streams while others could be dialed.
+func TestH2BurstSpreadsOverConns(t *testing.T) {
+	verifyNoLeaks(t)
+	const streams, conns, n = 100, 3, 250
+	var inHandler atomic.Int32
+	release := make(chan struct{})
+	srv, accepted := h2TestServer(t, h2Prefer, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		inHandler.Add(1)
+		<-release
+		io.WriteString(w, r.Proto)
+	}), &http.HTTP2Config{MaxConcurrentStreams: streams})
+	tr := NewTransport(TransportOptions{TLSClientConfig: tlsRoots(srv), MaxConnsPerHost: conns})
+	defer tr.Close()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(release)
+	for range n {
+		wg.Go(func() {
+			req, _ := http.NewRequestWithContext(parCtx(t), "GET", srv.URL, nil)
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if string(b) != "HTTP/2.0" {
+				t.Errorf("served over %q", b)
+			}
+		})
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for inHandler.Load() != n && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if got := inHandler.Load(); got != n {
+		t.Fatalf("%d requests in the handler, want %d; Stats: %+v", got, n, tr.Stats())
+	}
+	if a := accepted.Load(); a != conns {
+		t.Errorf("server accepted %d connections, want %d", a, conns)
+	}
+}
+
+// h2Free(avail, inFlight, claims) = free, idle.
+func TestH2Free(t *testing.T) {
+	for _, tc := range []struct {
+		avail, inFlight, claims int
+		free                    int
+		idle                    bool
+	}{
+		{avail: 100, free: 100, idle: true},
+		{avail: 100, claims: 30, free: 70},              // 30 chose it, no stream open yet
+		{avail: 70, inFlight: 30, claims: 30, free: 70}, // their streams opened
+		{avail: 85, inFlight: 15, claims: 30, free: 70}, // half of them opened
+		{avail: 60, inFlight: 40, claims: 10, free: 60}, // 30 bodies still flowing
+		{avail: 100, claims: 150, free: 0},              // more chose it than it has
+		{avail: 0, inFlight: 100, claims: 100, free: 0}, //
+		{avail: 1, inFlight: 0, claims: 0, free: 1, idle: true},
+	} {
+		free, idle := h2Free(tc.avail, tc.inFlight, tc.claims)
+		if free != tc.free || idle != tc.idle {
+			t.Errorf("h2Free(%d, %d, %d) = %d, %v, want %d, %v", tc.avail, tc.inFlight, tc.claims, free, idle, tc.free, tc.idle)
+		}
+	}
+}
+
 // With few streams per connection, a second connection is dialed only when
 // streams run out, within MaxConnsPerHost; the rest wait for streams.
 func TestH2MaxConcurrentStreams(t *testing.T) {
