@@ -424,6 +424,10 @@ func checkALPN(st *tls.ConnectionState, allowH2 bool) error {
 // GetProxyConnectHeader or ProxyConnectHeader, Proxy-Authorization from
 // the proxy URL, the exchange bounded by one minute and the reply's header
 // by MaxResponseHeaderBytes, then OnProxyConnectResponse, then the status.
+// A reply other than 200 fails with a *ProxyConnectError, whatever content
+// comes with it (or later): that content is never read, as net/http never
+// reads it, and the caller closes conn. Only a 200 reply followed by bytes
+// the proxy sent before the tunnel's client spoke is an error of its own.
 func (t *Transport) connectTunnel(ctx context.Context, conn net.Conn, key poolKey) error {
 	pu := key.proxyURL()
 	hdr := t.opts.ProxyConnectHeader
@@ -461,9 +465,13 @@ func (t *Transport) connectTunnel(ctx context.Context, conn net.Conn, key poolKe
 		resp, err = http.ReadResponse(br, connectReq)
 		if err != nil && lr.N <= 0 {
 			err = fmt.Errorf("pipelined: proxy's CONNECT response headers exceeded %d bytes", t.opts.MaxResponseHeaderBytes)
-		} else if err == nil && br.Buffered() > 0 {
-			// RFC 9110 §9.3.6: the tunnel starts after the reply's
-			// header; the proxy may not speak first for a TLS target.
+		} else if err == nil && resp.StatusCode == http.StatusOK && br.Buffered() > 0 {
+			// RFC 9110 §9.3.6: a 2xx reply has no content and the
+			// tunnel starts right after its header; the proxy may not
+			// speak first for a TLS target. Any other reply may carry
+			// content (an error page, often in the same segment as the
+			// status line): it is left unread, since the connection is
+			// closed, and the status is reported below.
 			err = errors.New("pipelined: proxy sent data after its CONNECT reply")
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // origin is a test server that records whether Proxy-Authorization ever
@@ -760,5 +761,144 @@ func TestHTTPProxyConnectHangs(t *testing.T) {
 	tr.Close() // returns once the dial has ended
 	if s := tr.Stats()[key]; s.Dialing != 0 {
 		t.Fatalf("after Close: Stats = %+v, want no dial", s)
+	}
+}
+
+// A proxy's refusal of a CONNECT comes with an error page, often in the
+// same segment as its status line (squid, tinyproxy): whatever its framing
+// and however it arrives, the request fails with a *ProxyConnectError
+// carrying the status, OnProxyConnectResponse sees the reply once, the body
+// is not waited for, and the connection is closed. Only a 200 reply
+// followed by bytes is refused as such.
+func TestHTTPProxyConnectRefusalBodies(t *testing.T) {
+	const page = "<html><body><h1>ERROR</h1><p>The requested URL could not be retrieved</p></body></html>\n"
+	for _, tc := range []struct {
+		name       string
+		writes     []string // the reply, one write each, a short delay apart
+		close      bool     // the proxy closes after its reply, else it waits for the client to
+		status     string   // the refusal's status, or "" for a 200
+		wantErr    string   // for a 200: the error contains it
+		wantClosed bool     // the client must close the connection
+	}{
+		{
+			name: "407 Content-Length body in the same write",
+			writes: []string{"HTTP/1.1 407 Proxy Authentication Required\r\n" +
+				"Proxy-Authenticate: Basic realm=\"squid\"\r\nContent-Type: text/html\r\n" +
+				fmt.Sprintf("Content-Length: %d\r\n\r\n", len(page)) + page},
+			status:     "407 Proxy Authentication Required",
+			wantClosed: true,
+		},
+		{
+			name: "503 body in a second write",
+			writes: []string{
+				"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/html\r\n" +
+					fmt.Sprintf("Content-Length: %d\r\n\r\n", len(page)),
+				page,
+			},
+			status:     "503 Service Unavailable",
+			wantClosed: true,
+		},
+		{
+			name: "403 chunked body",
+			writes: []string{"HTTP/1.1 403 Forbidden\r\nContent-Type: text/html\r\nTransfer-Encoding: chunked\r\n\r\n" +
+				fmt.Sprintf("%x\r\n%s\r\n", len(page), page) + "0\r\n\r\n"},
+			status:     "403 Forbidden",
+			wantClosed: true,
+		},
+		{
+			name:   "500 close-delimited body",
+			writes: []string{"HTTP/1.0 500 Internal Server Error\r\nContent-Type: text/html\r\nConnection: close\r\n\r\n" + page},
+			close:  true,
+			status: "500 Internal Server Error",
+		},
+		{
+			// More than MaxResponseHeaderBytes, and only half of it sent:
+			// the body is neither read nor waited for.
+			name: "407 body larger than the header limit, never completed",
+			writes: []string{"HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 100000\r\n\r\n" +
+				strings.Repeat("x", 50000)},
+			status:     "407 Proxy Authentication Required",
+			wantClosed: true,
+		},
+		{
+			name:    "200 followed by stray bytes",
+			writes:  []string{"HTTP/1.1 200 Connection established\r\n\r\nSSH-2.0-OpenSSH\r\n"},
+			wantErr: "data after its CONNECT reply",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			closed := make(chan struct{})
+			proxy := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+				if _, err := http.ReadRequest(br); err != nil {
+					return
+				}
+				for i, w := range tc.writes {
+					if i > 0 {
+						time.Sleep(20 * time.Millisecond)
+					}
+					if _, err := io.WriteString(c, w); err != nil {
+						break // the client has given up on the body
+					}
+				}
+				if tc.close {
+					return
+				}
+				io.Copy(io.Discard, br)
+				close(closed)
+			})
+			var (
+				hookCalls  atomic.Int32
+				hookStatus atomic.Value
+			)
+			tr := NewTransport(TransportOptions{
+				Proxy:                  proxyFunc(proxy.url("")),
+				MaxResponseHeaderBytes: 1024,
+				OnProxyConnectResponse: func(_ context.Context, _ *url.URL, _ *http.Request, resp *http.Response) error {
+					hookCalls.Add(1)
+					hookStatus.Store(resp.Status)
+					return nil
+				},
+			})
+			defer tr.Close()
+			req, _ := http.NewRequest("GET", "https://example.com/", nil)
+			_, err := tr.RoundTrip(req)
+
+			if tc.status == "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					// As in TestHTTPProxyConnectBadReplies: should the
+					// stray bytes come in a read of their own, the TLS
+					// handshake fails on them.
+					if err == nil || !strings.Contains(err.Error(), "tls:") {
+						t.Fatalf("RoundTrip error = %v, want one containing %q", err, tc.wantErr)
+					}
+				} else if n := hookCalls.Load(); n != 0 {
+					t.Errorf("OnProxyConnectResponse calls = %d, want 0 (the reply is rejected first)", n)
+				}
+				return
+			}
+			var pe *ProxyConnectError
+			if !errors.As(err, &pe) {
+				t.Fatalf("RoundTrip error = %v (%T), want a *ProxyConnectError", err, err)
+			}
+			code, _, _ := strings.Cut(tc.status, " ")
+			if fmt.Sprint(pe.StatusCode) != code || pe.Status != tc.status {
+				t.Errorf("ProxyConnectError = %+v, want status %q", *pe, tc.status)
+			}
+			if want := "pipelined: proxy refused CONNECT: " + tc.status; err.Error() != want {
+				t.Errorf("error text = %q, want %q", err.Error(), want)
+			}
+			if n := hookCalls.Load(); n != 1 {
+				t.Errorf("OnProxyConnectResponse calls = %d, want 1", n)
+			} else if got := hookStatus.Load(); got != tc.status {
+				t.Errorf("OnProxyConnectResponse saw status %v, want %q", got, tc.status)
+			}
+			if tc.wantClosed {
+				select {
+				case <-closed:
+				case <-time.After(testTimeout):
+					t.Errorf("the connection to the proxy is still open %v after the refusal", testTimeout)
+				}
+			}
+		})
 	}
 }
