@@ -191,6 +191,18 @@ func (c *pconn) quiet() bool {
 	return c.quietBuffered() && c.peek.socketQuiet()
 }
 
+// peerEnded records that something came on the connection while it was
+// idle and nobody read it: its server closed it, or said why it will
+// (Apache's 408). That is the cause of its end, whoever closes it
+// (hostPool.ended, quietClosed), unless something else ended it first.
+func (c *pconn) peerEnded() {
+	c.mu.Lock()
+	if c.cause == nil {
+		c.cause = errIdleClosed
+	}
+	c.mu.Unlock()
+}
+
 // quietBuffered is quiet but for the socket: it reports whether nothing
 // that arrived is held by the connection's readers.
 func (c *pconn) quietBuffered() bool {
@@ -415,6 +427,9 @@ func (c *pconn) writeHeld(a *attempt, body io.ReadCloser) error {
 	}
 	switch {
 	case werr == nil && !quiet:
+		if c.peek.sawPeer() {
+			c.peerEnded()
+		}
 		c.endHeldWrite()
 		return c.unsendHeld(a)
 	case werr != nil:

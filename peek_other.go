@@ -14,3 +14,5 @@ func newPeeker(net.Conn) *peeker { return nil }
 func (*peeker) socketQuiet() bool { return false }
 
 func (*peeker) lookWrite() (bool, error) { return false, nil }
+
+func (*peeker) sawPeer() bool { return false }

@@ -82,6 +82,11 @@ func (p *peeker) lookWrite() (quiet bool, err error) {
 	return quiet, err
 }
 
+// sawPeer reports whether the last lookWrite looked at the socket and found
+// something there (bytes, an end of stream or an error): the server spoke,
+// or closed, while the connection was idle.
+func (p *peeker) sawPeer() bool { return p.looked && !p.quiet }
+
 func (p *peeker) lookThenWrite(fd uintptr) bool {
 	if p.looked {
 		return true // the wait ended

@@ -249,8 +249,9 @@ type connEvents interface {
 	removed(c *pconn)
 	// ended: the last event of a connection, once it is marked dead: it
 	// ended with err, with unanswered requests written on it after
-	// answered responses.
-	ended(c *pconn, err error, unanswered, answered int)
+	// answered responses; headIdle: the oldest of them was written on
+	// the connection while nothing was in flight (not pipelined).
+	ended(c *pconn, err error, unanswered, answered int, headIdle bool)
 }
 
 func newPconn(t *Transport, ev connEvents, conn net.Conn, state *tls.ConnectionState) *pconn {
@@ -334,6 +335,7 @@ func (c *pconn) send(a *attempt) error {
 		// Something came while nobody was reading: the server closed the
 		// connection, or sent what nobody asked for. Write nothing; the
 		// reader goroutine reads it and ends the connection.
+		c.peerEnded()
 		c.stopWriting()
 		c.handBack(rdReader)
 		direct, held = false, false
@@ -1228,7 +1230,8 @@ func (c *pconn) fail(err error) {
 	if shared {
 		inFlight = max(inFlight, 2)
 	}
-	c.ev.ended(c, err, inFlight, answered)
+	headIdle := len(unanswered) > 0 && !unanswered[0].behind
+	c.ev.ended(c, err, inFlight, answered, headIdle)
 	for i, a := range unanswered {
 		a.deliver(result{err: &ConnError{
 			Err:     err,
@@ -1257,7 +1260,7 @@ func (c *pconn) detach() {
 	c.mu.Lock()
 	c.dead = true
 	c.mu.Unlock()
-	c.ev.ended(c, errUpgraded, 0, 0)
+	c.ev.ended(c, errUpgraded, 0, 0, false)
 }
 
 // isFinalError reports whether a request whose response failed with err

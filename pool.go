@@ -299,6 +299,42 @@ func (p *hostPool) becameIdleLocked(c *pconn) (done, wentIdle bool, victims []*i
 	return false, wentIdle, p.pushIdleLocked(c)
 }
 
+// quickClose is how soon after its first answer a connection must close
+// for the close to say that its server closes every connection after one
+// response (quietClosed). It is far below servers' idle timeouts
+// (seconds), and above the restWatch after which a resting connection is
+// watched again.
+const quickClose = 150 * time.Millisecond
+
+// quietClosed reports whether a connection that ended with err, with
+// unanswered requests written on it after answered responses, was closed
+// by its server after a number of responses without notice: the number
+// that quietClose counts.
+//
+// After two answers or more, any close or reset with requests unanswered
+// counts. After the first answer only a close that came right after it
+// (within quickClose of the connection going idle, idle for) counts, and
+// only if no request was pipelined on it: a connection whose server
+// closed as its idle connection (errIdleClosed: seen before a request was
+// written on it, or by its reader), or failed the request written on it
+// once idle (headIdle). Such a server (hypercorn 0.13, tinyproxy) answers
+// one request per connection and closes, saying nothing; a request
+// written as the close is on its way fails, and net/http retries it
+// without limit. A close after a pipelined request is what a server that
+// mishandles pipelining does (gunicorn's gthread worker): the depth
+// fallback deals with that (notePipelineFailure).
+func quietClosed(err error, unanswered, answered int, headIdle bool, idle time.Duration) bool {
+	switch {
+	case answered >= 2:
+		return unanswered > 0 && isPipelineFailure(err)
+	case answered != 1 || idle >= quickClose:
+		return false
+	case err == errIdleClosed:
+		return unanswered == 0
+	}
+	return unanswered > 0 && headIdle && isPipelineFailure(err)
+}
+
 // The connEvents of a hostPool.
 
 func (p *hostPool) gotHeaders(c *pconn, a *attempt, closing bool) {
@@ -438,20 +474,20 @@ func (p *hostPool) removed(c *pconn) {
 	p.mu.Unlock()
 }
 
-func (p *hostPool) ended(c *pconn, err error, unanswered, answered int) {
+func (p *hostPool) ended(c *pconn, err error, unanswered, answered int, headIdle bool) {
 	if unanswered > 0 {
 		p.notePipelineFailure(err, unanswered)
 	}
 	p.mu.Lock()
-	if unanswered > 0 && isPipelineFailure(err) && answered >= 2 {
+	var spent []*pconn
+	if quietClosed(err, unanswered, answered, headIdle, time.Since(c.s.idleSince)) {
 		// A server (or a proxy) that closes each connection after a
 		// fixed number of requests without saying so: seen twice, that
 		// number becomes the host's budget, so that the next connections
-		// are not given requests they will not answer. (A close after
-		// the first answer is what a server that mishandles pipelining
-		// does: the depth fallback deals with that.)
+		// are not given requests they will not answer.
 		if p.quietClose == answered && (p.budget == 0 || answered < p.budget) {
 			p.budget = answered
+			spent = p.retireSpentLocked()
 		}
 		p.quietClose = answered
 	}
@@ -466,12 +502,36 @@ func (p *hostPool) ended(c *pconn, err error, unanswered, answered int) {
 		}
 	}
 	p.mu.Unlock()
+	for _, c := range spent {
+		c.fail(errConnClosing)
+	}
 	if o != nil && o.ConnClosed != nil {
 		o.ConnClosed(ev)
 	}
 	if empty {
 		p.t.removeIfEmpty(p)
 	}
+}
+
+// retireSpentLocked retires the connections that were given the host's
+// budget of requests before it was learned, as assignLocked retires those
+// given it since: otherwise an idle one takes a request its server will
+// not answer (with a budget of 1, every connection that answered once). It
+// returns the idle ones, to be closed once p.mu is released; the others
+// close after their last answer.
+func (p *hostPool) retireSpentLocked() (idle []*pconn) {
+	for _, c := range p.conns {
+		s := &c.s
+		if s.retired || s.assigned < p.budget {
+			continue
+		}
+		p.retireLocked(c, CloseBudget)
+		s.atBudget = true
+		if s.inflight == 0 {
+			idle = append(idle, c)
+		}
+	}
+	return idle
 }
 
 // idleLimitLocked is how long c may stay idle: IdleConnTimeout, or less

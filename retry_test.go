@@ -236,20 +236,55 @@ func TestTraceConnPairsBalanced(t *testing.T) {
 }
 
 // TestUnannouncedCloseBudget: a server (or proxy) that drops each
-// connection after its 4th request without saying so serves every GET, as
+// connection after its nth request without saying so serves every GET, as
 // it does through net/http, and the pool learns to give each connection no
-// more than 4 requests.
+// more than n requests. With n = 1 (hypercorn 0.13, tinyproxy) the close
+// comes right after the answer, before or after the next request is
+// written on the idle connection.
 func TestUnannouncedCloseBudget(t *testing.T) {
-	verifyNoLeaks(t)
-	srv := newRawServer(t, serveEchoN(4))
-	tr := newTestTransport(t, TransportOptions{PipelineConnsPerHost: 2, PipelineDepth: 8})
-	getEchoes(t, tr, srv, 1) // the host has answered: the burst is pipelined
-	getEchoes(t, tr, srv, 300)
-	p := tr.pools[poolKey{scheme: "http", addr: srv.addr}]
-	p.mu.Lock()
-	budget := p.budget
-	p.mu.Unlock()
-	if budget != 4 {
-		t.Errorf("learned budget = %d, want 4", budget)
+	for _, n := range []int{4, 1} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			verifyNoLeaks(t)
+			srv := newRawServer(t, serveEchoN(n))
+			tr := newTestTransport(t, TransportOptions{PipelineConnsPerHost: 2, PipelineDepth: 8})
+			getEchoes(t, tr, srv, 1) // the host has answered: the burst is pipelined
+			getEchoes(t, tr, srv, 300)
+			p := tr.pools[poolKey{scheme: "http", addr: srv.addr}]
+			p.mu.Lock()
+			budget := p.budget
+			p.mu.Unlock()
+			if budget != n {
+				t.Errorf("learned budget = %d, want %d", budget, n)
+			}
+		})
+	}
+}
+
+// quietClosed(err, unanswered, answered, headIdle, idle) = want.
+func TestQuietClosed(t *testing.T) {
+	eof := io.EOF
+	for _, tc := range []struct {
+		err                  error
+		unanswered, answered int
+		headIdle             bool
+		idle                 time.Duration
+		want                 bool
+	}{
+		{err: eof, unanswered: 3, answered: 4, want: true},                    // after n answers
+		{err: eof, unanswered: 3, answered: 4, idle: time.Hour, want: true},   //
+		{err: errIdleClosed, answered: 4, want: false},                        // an idle close: the server's idle timeout
+		{err: errConnClosing, unanswered: 1, answered: 4, want: false},        // announced
+		{err: errIdleClosed, answered: 1, idle: time.Millisecond, want: true}, // closed right after its one answer
+		{err: errIdleClosed, answered: 1, idle: 2 * time.Second, want: false}, // an idle timeout
+		{err: eof, unanswered: 1, answered: 1, headIdle: true, want: true},    // written as the close came
+		{err: eof, unanswered: 2, answered: 1, headIdle: false, want: false},  // pipelined: the depth fallback's
+		{err: eof, unanswered: 1, answered: 1, headIdle: true, idle: time.Second, want: false},
+		{err: errResponseHeaderTimeout, unanswered: 1, answered: 1, headIdle: true, want: false},
+		{err: errIdleClosed, answered: 0, want: false}, // closed before its first request
+		{err: eof, unanswered: 1, answered: 0, headIdle: true, want: false},
+	} {
+		if got := quietClosed(tc.err, tc.unanswered, tc.answered, tc.headIdle, tc.idle); got != tc.want {
+			t.Errorf("quietClosed(%v, %d, %d, %v, %v) = %v, want %v", tc.err, tc.unanswered, tc.answered, tc.headIdle, tc.idle, got, tc.want)
+		}
 	}
 }
