@@ -740,10 +740,25 @@ func (h *h2Host) do(req *http.Request, gotConnFired bool, queued *RequestEvent) 
 			return nil, context.Cause(ctx)
 		}
 		if fail == h2Final {
-			if c.cc.Err() != nil { // the connection is gone
-				err = h2ConnLost(err)
+			if c.cc.Err() == nil { // the stream failed, not the connection
+				return nil, err
 			}
-			return nil, err
+			lost := h2ConnLost(err)
+			if lost == err || early || !replayable(cur) {
+				return nil, lost
+			}
+			// RFC 9110 §9.2.2: an idempotent request whose connection
+			// failed under it may be sent again, as over HTTP/1.1
+			// (checkRetry), if the connection had answered before: a
+			// server closing an idle connection as a request went out
+			// (HAProxy's timeout http-keep-alive) or reset it. A new
+			// connection's failure is final, as in net/http. The other
+			// streams of a connection whose write failed end "force
+			// closed" (the standard library closes it).
+			fail, err = h2Lost, lost
+		}
+		if ob != nil {
+			ob.lost = fail == h2Lost
 		}
 		if retry >= h2MaxRetries {
 			return nil, err
@@ -804,6 +819,7 @@ const (
 	h2Ended                         // its connection ended before processing it: unusable before it was sent, or a GOAWAY named a lower last stream (RFC 9113 §6.8)
 	h2Refused                       // REFUSED_STREAM (RFC 9113 §8.7): not processed
 	h2PeerProtocol                  // a PROTOCOL_ERROR reset from the peer (golang/go#47635)
+	h2Lost                          // its connection failed under it, which had answered before; the request is replayable (set by do, not h2Classify)
 )
 
 // h2Classify sorts err, a RoundTrip's error (nil: h2Final), as net/http's
@@ -834,6 +850,7 @@ func h2Classify(err error) h2Failure {
 const (
 	h2ErrGoAwayClosed = "http2: server sent GOAWAY and closed the connection"
 	h2ErrConnLost     = "http2: client connection lost"
+	h2ErrForceClosed  = "http2: client connection force closed via ClientConn.Close"
 )
 
 // h2ConnLost returns err, an attempt's final error on a connection now
@@ -849,7 +866,7 @@ func h2ConnLost(err error) error {
 	s := err.Error()
 	switch {
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF),
-		strings.HasPrefix(s, h2ErrGoAwayClosed), s == h2ErrConnLost,
+		strings.HasPrefix(s, h2ErrGoAwayClosed), s == h2ErrConnLost, s == h2ErrForceClosed,
 		errors.As(err, &ne) && !ne.Timeout():
 		return &ConnError{Err: err, Written: true}
 	}
@@ -1156,6 +1173,7 @@ type h2Obs struct {
 	// redirected: the first attempt was queued, and reported, by the
 	// HTTP/1 pool (hostPool.roundTrip).
 	redirected bool
+	lost       bool // the last attempt's connection failed under it (h2Lost)
 }
 
 // event is the request's latest event, with the time queued since, for
@@ -1189,6 +1207,9 @@ func (b *h2Obs) queued(retry int) {
 	b.ev.Time, b.ev.Attempt = b.queuedAt, b.first+retry
 	if retry > 0 {
 		b.ev.Resend = ResendNotWritten // h2Classify: the server did not process it
+		if b.lost {
+			b.ev.Resend = ResendConnFailed // it may have
+		}
 	}
 	if b.o.RequestQueued != nil {
 		b.o.RequestQueued(b.ev)

@@ -685,33 +685,93 @@ func TestH2RefusedBurstRetriedAtOnce(t *testing.T) {
 // A connection closed under a request that the server may have processed
 // (no GOAWAY spared it) fails the request with an error that matches
 // ErrServerClosed, as over HTTP/1.1, and still matches the standard
-// library's cause; the POST is not sent again.
+// library's cause; a POST is never sent again. An idempotent request is
+// sent again if the connection had answered before (RFC 9110 §9.2.2), as
+// over HTTP/1.1; as a new connection's first request, it fails, as with
+// net/http.
 func TestH2ConnClosedUnderRequest(t *testing.T) {
-	verifyNoLeaks(t)
-	var requests atomic.Int32
-	url, roots := rawH2Server(t, func(fr *http2.Framer, _ bool) {
-		fr.WriteSettings()
-		h2ServeFrames(fr, func(f http2.Frame) bool {
-			if f, ok := f.(*http2.DataFrame); ok && f.StreamEnded() {
-				requests.Add(1)
-				return false // the request is in: close without answering
+	for _, tc := range []struct {
+		name   string
+		warm   bool // a GET is answered on the connection first
+		method string
+		ok     bool // the request succeeds, sent twice
+	}{
+		{name: "POST, new connection", method: "POST"},
+		{name: "POST, connection that answered", warm: true, method: "POST"},
+		{name: "GET, new connection", method: "GET"},
+		{name: "GET, connection that answered", warm: true, method: "GET", ok: true},
+		{name: "PUT with GetBody, connection that answered", warm: true, method: "PUT", ok: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			verifyNoLeaks(t)
+			var runs atomic.Int32 // requests of the test's method that reached the server
+			closeAt := 1
+			if tc.warm {
+				closeAt = 2
 			}
-			return true
+			url, roots := rawH2Server(t, func(fr *http2.Framer, first bool) {
+				fr.WriteSettings()
+				n := 0
+				h2ServeFrames(fr, func(f http2.Frame) bool {
+					var id uint32
+					switch f := f.(type) {
+					case *http2.HeadersFrame:
+						if !f.StreamEnded() {
+							return true
+						}
+						id = f.StreamID
+					case *http2.DataFrame:
+						if !f.StreamEnded() {
+							return true
+						}
+						id = f.StreamID
+					default:
+						return true
+					}
+					if n++; !first || n >= closeAt {
+						runs.Add(1)
+					}
+					if first && n == closeAt {
+						return false // the request is in: close without answering
+					}
+					h2Respond(fr, id, "ok")
+					return true
+				})
+			})
+			tr := newTestTransport(t, TransportOptions{TLSClientConfig: roots})
+			if tc.warm {
+				h2Get(t, tr, url, nil)
+			}
+			var body io.Reader
+			if tc.method != "GET" {
+				body = strings.NewReader("payload") // GetBody set
+			}
+			req, _ := http.NewRequestWithContext(parCtx(t), tc.method, url, body)
+			if tc.method == "POST" {
+				req.GetBody = nil // not that it would be sent again anyway
+			}
+			resp, err := tr.RoundTrip(req)
+			wantRuns := int32(1)
+			if tc.ok {
+				wantRuns = 2
+				if err != nil {
+					t.Fatalf("RoundTrip: %v, want the answer of the retry", err)
+				}
+				resp.Body.Close()
+			} else {
+				if err == nil {
+					resp.Body.Close()
+					t.Fatal("RoundTrip succeeded, want an error")
+				}
+				var ce *ConnError
+				if !errors.Is(err, ErrServerClosed) || !errors.As(err, &ce) || !ce.Written || !errors.Is(err, io.ErrUnexpectedEOF) {
+					t.Errorf("RoundTrip error %q (%T): want a *ConnError matching ErrServerClosed and io.ErrUnexpectedEOF", err, err)
+				}
+			}
+			if n := runs.Load(); n != wantRuns {
+				t.Errorf("the server got the %s %d times, want %d", tc.method, n, wantRuns)
+			}
 		})
-	})
-	tr := newTestTransport(t, TransportOptions{TLSClientConfig: roots})
-	req, _ := http.NewRequestWithContext(parCtx(t), "POST", url, strings.NewReader("payload"))
-	resp, err := tr.RoundTrip(req)
-	if err == nil {
-		resp.Body.Close()
-		t.Fatal("RoundTrip succeeded, want an error")
-	}
-	var ce *ConnError
-	if !errors.Is(err, ErrServerClosed) || !errors.As(err, &ce) || !ce.Written || !errors.Is(err, io.ErrUnexpectedEOF) {
-		t.Errorf("RoundTrip error %q (%T): want a *ConnError matching ErrServerClosed and io.ErrUnexpectedEOF", err, err)
-	}
-	if n := requests.Load(); n != 1 {
-		t.Errorf("the server got the POST %d times, want 1", n)
 	}
 }
 

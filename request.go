@@ -70,6 +70,26 @@ type request struct {
 	sig chan struct{}
 }
 
+// replayable reports whether req may be sent again after the connection it
+// was written on failed: its method is idempotent, and its body, if any,
+// can be had again (GetBody).
+func replayable(req *http.Request) bool {
+	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
+		return false
+	}
+	switch req.Method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace,
+		// RFC 9110 §9.2.2: PUT and DELETE are idempotent.
+		http.MethodPut, http.MethodDelete:
+		return true
+	}
+	// net/http's isReplayable: the presence of either key marks the
+	// request idempotent, whatever its value (golang/go#19943).
+	_, k1 := req.Header["Idempotency-Key"]
+	_, k2 := req.Header["X-Idempotency-Key"]
+	return k1 || k2
+}
+
 func newRequest(t *Transport, req *http.Request, key poolKey) *request {
 	r := &request{req: req, ctx: req.Context(), method: req.Method}
 	if r.method == "" {
@@ -77,20 +97,10 @@ func newRequest(t *Transport, req *http.Request, key poolKey) *request {
 	}
 	r.trace = httptrace.ContextClientTrace(r.ctx)
 	noBody := req.Body == nil || req.Body == http.NoBody
-	bodyOK := noBody || req.GetBody != nil
+	r.replayable = replayable(req)
 	switch r.method {
 	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
-		r.replayable = bodyOK
 		r.safe = noBody
-	case http.MethodPut, http.MethodDelete:
-		// RFC 9110 §9.2.2: PUT and DELETE are idempotent.
-		r.replayable = bodyOK
-	default:
-		// net/http's isReplayable: the presence of either key marks the
-		// request idempotent, whatever its value (golang/go#19943).
-		_, k1 := req.Header["Idempotency-Key"]
-		_, k2 := req.Header["X-Idempotency-Key"]
-		r.replayable = bodyOK && (k1 || k2)
 	}
 	r.closeAfter = req.Close || t.opts.DisableKeepAlives ||
 		httpguts.HeaderValuesContainsToken(req.Header["Connection"], "close")
