@@ -359,24 +359,75 @@ func serialDepth(depth int, dial, gap time.Duration) int {
 }
 
 // notePipelineFailure is called when c failed with err while unanswered
-// requests were outstanding on it. Failures with more than one request
-// outstanding count towards the depth fallback.
-func (p *hostPool) notePipelineFailure(err error, unanswered int) {
-	if unanswered < 2 || p.t.depth <= 1 || !isPipelineFailure(err) {
+// requests were outstanding on it, the oldest written while nothing was
+// in flight (headIdle) or pipelined. Failures with more than one request
+// outstanding, or whose oldest was pipelined (those behind it may have
+// been re-sent from behind it already), count towards the depth fallback:
+// three within pipelineFailureWindow; or the first one while the host has
+// answered no pipelined request since its last fallback (pipeAnswered), or
+// whose oldest request, pipelined, had waited past the head-of-line
+// timeout (sched.slow). A server that drops what is pipelined (gunicorn's
+// gthread worker leaves the requests that came in the same read as the
+// one it answers unanswered until it closes the connection, seconds later)
+// thus costs one stall, not three; and the fallbacks it earns in a row
+// last longer and longer (fallBackLocked).
+func (p *hostPool) notePipelineFailure(c *pconn, err error, unanswered int, headIdle bool) {
+	if unanswered < 2 && headIdle || p.t.depth <= 1 || !isPipelineFailure(err) {
 		return
 	}
 	now := time.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if now.Before(p.fallbackUntil) {
+		return // pipelined before the fallback began
+	}
+	if !p.pipeAnswered || !headIdle && c.s.slow {
+		// Never answered a pipelined request; or left one unanswered
+		// past the head-of-line timeout and then closed: it dropped
+		// it (gthread), for no server closes on a request it runs.
+		p.fallBackLocked(now)
+		return
+	}
 	// Keep the times of the last pipelineFallbackAfter failures.
 	p.pipeFailures = append(p.pipeFailures, now)
 	if len(p.pipeFailures) > pipelineFallbackAfter {
 		p.pipeFailures = p.pipeFailures[len(p.pipeFailures)-pipelineFallbackAfter:]
 	}
 	if len(p.pipeFailures) == pipelineFallbackAfter && now.Sub(p.pipeFailures[0]) <= pipelineFailureWindow {
-		p.fallbackUntil = now.Add(pipelineFallbackFor)
-		p.pipeFailures = p.pipeFailures[:0]
+		p.fallBackLocked(now)
 	}
+}
+
+// maxFallbackFor bounds the length of a depth fallback.
+const maxFallbackFor = 16 * pipelineFallbackFor
+
+// fallbackFor is the length of a host's depth fallback after n others in a
+// row: pipelineFallbackFor, doubled for each, up to maxFallbackFor.
+func fallbackFor(n int) time.Duration {
+	return min(pipelineFallbackFor<<min(n, 8), maxFallbackFor)
+}
+
+// fallBackLocked puts the host at depth 1 from now, for fallbackFor of the
+// fallbacks in a row before it. Fallbacks are in a row unless the host
+// went without one, after the last ended, for as long as that one lasted:
+// a server that answers some pipelined requests and drops others (gthread)
+// earns longer and longer ones, a host with a bad minute (a restart) does
+// not. p.mu is held.
+func (p *hostPool) fallBackLocked(now time.Time) {
+	if p.fallbacks > 0 && now.Sub(p.fallbackUntil) >= fallbackFor(p.fallbacks-1) {
+		p.fallbacks = 0
+	}
+	p.fallbackUntil = now.Add(fallbackFor(p.fallbacks))
+	p.fallbacks++
+	p.pipeAnswered = false
+	p.pipeFailures = p.pipeFailures[:0]
+}
+
+// notePipelinedAnswerLocked records that a request written behind another
+// was answered: the host handles pipelining, at least at times. p.mu is
+// held.
+func (p *hostPool) notePipelinedAnswerLocked() {
+	p.pipeAnswered = true
 }
 
 // isPipelineFailure reports whether a connection that failed with err

@@ -48,6 +48,8 @@ type hostPool struct {
 	// failures, and until when the host's effective depth is 1.
 	pipeFailures  []time.Time
 	fallbackUntil time.Time
+	fallbacks     int  // depth fallbacks in a row (fallBackLocked)
+	pipeAnswered  bool // a pipelined request was answered since the last fallback
 	// serial is a moving score (0 to 1) of how often pipelined answers
 	// came one service time after the answer ahead of them, as from a
 	// server that runs pipelined requests one at a time; serialUntil is
@@ -370,6 +372,9 @@ func (p *hostPool) gotHeadersLocked(c *pconn, a *attempt, closing bool) {
 			}
 		}
 	}
+	if a.behind && !p.pipeAnswered {
+		p.notePipelinedAnswerLocked()
+	}
 	if a.ka != nil {
 		p.keepAliveLocked(c, *a.ka, a.place)
 	}
@@ -476,7 +481,7 @@ func (p *hostPool) removed(c *pconn) {
 
 func (p *hostPool) ended(c *pconn, err error, unanswered, answered int, headIdle bool) {
 	if unanswered > 0 {
-		p.notePipelineFailure(err, unanswered)
+		p.notePipelineFailure(c, err, unanswered, headIdle)
 	}
 	p.mu.Lock()
 	var spent []*pconn

@@ -250,11 +250,19 @@ func TestUnannouncedCloseBudget(t *testing.T) {
 			getEchoes(t, tr, srv, 1) // the host has answered: the burst is pipelined
 			getEchoes(t, tr, srv, 300)
 			p := tr.pools[poolKey{scheme: "http", addr: srv.addr}]
-			p.mu.Lock()
-			budget := p.budget
-			p.mu.Unlock()
-			if budget != n {
-				t.Errorf("learned budget = %d, want %d", budget, n)
+			budget := func() int {
+				p.mu.Lock()
+				defer p.mu.Unlock()
+				return p.budget
+			}
+			// A close is seen as late as the next request, or the watch of
+			// the resting connection (restWatch).
+			for i := 0; i < 20 && budget() != n; i++ {
+				time.Sleep(restWatch)
+				getEchoes(t, tr, srv, 10)
+			}
+			if b := budget(); b != n {
+				t.Errorf("learned budget = %d, want %d", b, n)
 			}
 		})
 	}

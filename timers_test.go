@@ -170,6 +170,10 @@ func TestTimerIdleConn(t *testing.T) {
 	})
 }
 
+// A host that drops every pipelined request falls back to depth 1 at its
+// first failure, having never answered a pipelined request; the fallback
+// ends after pipelineFallbackFor, and the next one, earned at the next
+// failure, lasts twice as long.
 func TestTimerFallbackExpires(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// Each connection answers its first request and drops the
@@ -190,7 +194,7 @@ func TestTimerFallbackExpires(t *testing.T) {
 		tr := NewTransport(TransportOptions{DialContext: srv.dial, MaxConnsPerHost: 1, PipelineDepth: 4})
 		defer tr.Close()
 		depth := func() int { return tr.Stats()["http://mem.test:80"].PipelineDepth }
-		for round := 0; round < 20 && depth() != 1; round++ {
+		burst := func() {
 			var chs []<-chan string
 			for i := range 4 {
 				chs = append(chs, memGet(tr, fmt.Sprintf("/%d", i)))
@@ -199,18 +203,46 @@ func TestTimerFallbackExpires(t *testing.T) {
 				<-ch
 			}
 		}
-		if d := depth(); d != 1 {
-			t.Fatalf("depth = %d after repeated pipeline failures, want 1", d)
-		}
-		time.Sleep(pipelineFallbackFor - time.Second)
-		if d := depth(); d != 1 {
-			t.Errorf("depth = %d %v into the fallback, want 1", d, pipelineFallbackFor-time.Second)
-		}
-		time.Sleep(2 * time.Second)
-		if d := depth(); d != 4 {
-			t.Errorf("depth = %d after the fallback, want 4", d)
+		for i, want := range []time.Duration{pipelineFallbackFor, 2 * pipelineFallbackFor} {
+			burst()
+			if d := depth(); d != 1 {
+				t.Fatalf("fallback %d: depth = %d after a burst whose pipelined requests were dropped, want 1", i, d)
+			}
+			time.Sleep(want - time.Second)
+			if d := depth(); d != 1 {
+				t.Errorf("fallback %d: depth = %d %v into it, want 1", i, d, want-time.Second)
+			}
+			time.Sleep(2 * time.Second)
+			if d := depth(); d != 4 {
+				t.Errorf("fallback %d: depth = %d %v into it, want 4", i, d, want+time.Second)
+			}
 		}
 	})
+}
+
+// fallBackLocked's fallbacks in a row last pipelineFallbackFor, doubled
+// for each, up to maxFallbackFor; a host that went without one for as long
+// as the last one lasted starts again from pipelineFallbackFor.
+func TestFallbackLengths(t *testing.T) {
+	p := &hostPool{}
+	now := time.Now()
+	for i, want := range []time.Duration{30 * time.Second, time.Minute, 2 * time.Minute, 4 * time.Minute, 8 * time.Minute, 8 * time.Minute} {
+		p.fallBackLocked(now)
+		if got := p.fallbackUntil.Sub(now); got != want {
+			t.Errorf("fallback %d lasts %v, want %v", i, got, want)
+		}
+		now = p.fallbackUntil.Add(time.Second) // failed again soon after
+	}
+	p.notePipelinedAnswerLocked() // answers some, not enough
+	p.fallBackLocked(now)
+	if got := p.fallbackUntil.Sub(now); got != maxFallbackFor {
+		t.Errorf("after a pipelined answer, the next fallback lasts %v, want %v", got, maxFallbackFor)
+	}
+	now = p.fallbackUntil.Add(maxFallbackFor)
+	p.fallBackLocked(now)
+	if got := p.fallbackUntil.Sub(now); got != pipelineFallbackFor {
+		t.Errorf("after %v without a fallback, the next lasts %v, want %v", maxFallbackFor, got, pipelineFallbackFor)
+	}
 }
 
 func TestTimerExpectContinue(t *testing.T) {
