@@ -244,11 +244,24 @@ func (p *hostPool) hedge(c *pconn, cp *request) {
 	c.dropIfUnwanted()
 }
 
-// depthLocked returns the host's effective pipeline depth: 1 while it is
-// in fallback after repeated pipeline failures, fewer behind a serial
-// server's head (serialDepth), and fewer when its answers are large
-// (bytesDepth). p.mu must be held.
+// depthLocked returns the host's effective pipeline depth: 1 through an
+// HTTP forward proxy and while it is in fallback after pipeline failures,
+// fewer behind a serial server's head (serialDepth), and fewer when its
+// answers are large (bytesDepth). p.mu must be held.
 func (p *hostPool) depthLocked() int {
+	if p.key.forwardProxy() {
+		// Requests to an HTTP proxy in absolute form are not pipelined,
+		// as no browser pipelined through proxies: the proxy relays
+		// what follows a request to the origin whatever it makes of it,
+		// and one that ends each connection after one answer without
+		// saying so (tinyproxy 1.11) hands a pipelined request to an
+		// origin that has closed, whose reset cuts the answer before
+		// it short. The caller has its head by then, so the request
+		// cannot be sent again; net/http, which never pipelines, gets
+		// it whole. Tunnels (CONNECT, SOCKS5) carry the origin's
+		// requests untouched and are pipelined as a direct connection.
+		return 1
+	}
 	if p.t.depth > 1 && !p.fallbackUntil.IsZero() && time.Now().Before(p.fallbackUntil) {
 		return 1
 	}

@@ -341,6 +341,53 @@ func TestHTTPProxyForward(t *testing.T) {
 	}
 }
 
+// Requests to an HTTP forward proxy are never pipelined (depthLocked): a
+// proxy relays what follows a request to the origin, and one that closes
+// each connection after its answer without saying so (tinyproxy) cuts
+// that answer short. The raw proxy here answers each request itself and
+// notes any that came while one was unanswered; concurrent GETs dial up to
+// MaxConnsPerHost and reuse the connections, as net/http's do.
+func TestHTTPProxyForwardNotPipelined(t *testing.T) {
+	verifyNoLeaks(t)
+	var pipelined, served atomic.Int32
+	p := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			time.Sleep(2 * time.Millisecond) // let a pipelined request arrive
+			if br.Buffered() > 0 {
+				pipelined.Add(1)
+			}
+			served.Add(1)
+			body := req.URL.String()
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		}
+	})
+	pu, _ := url.Parse(p.url(""))
+	tr := newTestTransport(t, TransportOptions{Proxy: http.ProxyURL(pu), MaxConnsPerHost: 2, PipelineDepth: 8})
+	var wg sync.WaitGroup
+	for i := range 32 {
+		wg.Go(func() {
+			target := fmt.Sprintf("http://origin.test/%d", i)
+			if got := mustGet(t, tr, target); got != target {
+				t.Errorf("GET %s = %q", target, got)
+			}
+		})
+	}
+	waitOrFail(t, &wg, "GETs")
+	if n := pipelined.Load(); n != 0 {
+		t.Errorf("the proxy got %d requests pipelined behind another, want none", n)
+	}
+	if d := tr.Stats()["http://origin.test:80 via "+p.url("")].PipelineDepth; d != 1 {
+		t.Errorf("Stats().PipelineDepth = %d, want 1; Stats: %+v", d, tr.Stats())
+	}
+	if n := p.conns.Load(); n > 2 {
+		t.Errorf("connections to the proxy = %d, want at most 2 (MaxConnsPerHost)", n)
+	}
+}
+
 // https:// targets through an HTTP proxy: a CONNECT tunnel carrying the
 // proxy's credentials and ProxyConnectHeader, then TLS to the origin, which
 // sees origin-form requests and no Proxy-Authorization.
