@@ -278,21 +278,7 @@ func TestH2BurstSpreadsOverConns(t *testing.T) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer close(release)
-	for range n {
-		wg.Go(func() {
-			req, _ := http.NewRequestWithContext(parCtx(t), "GET", srv.URL, nil)
-			resp, err := tr.RoundTrip(req)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if string(b) != "HTTP/2.0" {
-				t.Errorf("served over %q", b)
-			}
-		})
-	}
+	h2GetsGo(t, &wg, tr, srv.URL, n)
 	deadline := time.Now().Add(5 * time.Second)
 	for inHandler.Load() != n && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
@@ -955,23 +941,7 @@ func TestH2ThroughConnectProxy(t *testing.T) {
 			p := newHTTPProxy(t, proxyTLS, "")
 			pu, _ := url.Parse(p.URL)
 			tr := newTestTransport(t, TransportOptions{Proxy: http.ProxyURL(pu), TLSClientConfig: tlsRoots(srv)})
-			var wg sync.WaitGroup
-			for range 10 {
-				wg.Go(func() {
-					req, _ := http.NewRequestWithContext(parCtx(t), "GET", srv.URL, nil)
-					resp, err := tr.RoundTrip(req)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					b, _ := io.ReadAll(resp.Body)
-					resp.Body.Close()
-					if resp.Proto != "HTTP/2.0" || string(b) != "HTTP/2.0" {
-						t.Errorf("served over %s (server saw %q)", resp.Proto, b)
-					}
-				})
-			}
-			wg.Wait()
+			h2Parallel(t, tr, srv.URL, 10)
 			if a, c := accepted.Load(), p.conns.Load(); a != 1 || c != 1 {
 				t.Errorf("origin accepted %d connections, proxy %d; want 1", a, c)
 			}
@@ -1117,11 +1087,19 @@ func TestH2ObserverBalanced(t *testing.T) {
 	}
 }
 
-// h2Parallel sends n GETs of url through tr at once and waits for them,
-// reading and closing each body.
+// h2Parallel sends n GETs of url through tr at once and waits for them
+// (h2GetsGo).
 func h2Parallel(t *testing.T, tr http.RoundTripper, url string, n int) {
 	t.Helper()
 	var wg sync.WaitGroup
+	h2GetsGo(t, &wg, tr, url, n)
+	wg.Wait()
+}
+
+// h2GetsGo starts n GETs of url through tr on wg, each checking that it was
+// served over HTTP/2 (by protoHandler, or any handler that answers
+// r.Proto).
+func h2GetsGo(t *testing.T, wg *sync.WaitGroup, tr http.RoundTripper, url string, n int) {
 	for range n {
 		wg.Go(func() {
 			req, _ := http.NewRequestWithContext(parCtx(t), "GET", url, nil)
@@ -1130,11 +1108,13 @@ func h2Parallel(t *testing.T, tr http.RoundTripper, url string, n int) {
 				t.Error(err)
 				return
 			}
-			io.Copy(io.Discard, resp.Body)
+			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
+			if resp.Proto != "HTTP/2.0" || string(b) != "HTTP/2.0" {
+				t.Errorf("served over %s (server saw %q)", resp.Proto, b)
+			}
 		})
 	}
-	wg.Wait()
 }
 
 // The deprecated Request.Cancel cancels a request that waits for an HTTP/2
