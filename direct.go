@@ -184,13 +184,6 @@ func (c *pconn) claimDirect(a *attempt) bool {
 	return true
 }
 
-// quiet reports whether nothing arrived on the connection while it
-// rested: no bytes, no end of stream, no error. Only the holder of the
-// read turn may call it.
-func (c *pconn) quiet() bool {
-	return c.quietBuffered() && c.peek.socketQuiet()
-}
-
 // peerEnded records that something came on the connection while it was
 // idle and nobody read it: its server closed it, or said why it will
 // (Apache's 408). That is the cause of its end, whoever closes it

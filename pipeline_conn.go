@@ -331,11 +331,20 @@ func (c *pconn) send(a *attempt) error {
 	// and the wait for its answer (writeHeld) is looked at there; here,
 	// only what is already read is.
 	held := direct && c.mayHold(a, body)
-	if held && !c.quietBuffered() || direct && !held && !c.quiet() {
+	spoke := held && !c.quietBuffered()
+	if direct && !held {
+		switch {
+		case !c.quietBuffered():
+			spoke = true
+		case !c.peek.socketQuiet():
+			spoke = true
+			c.peerEnded() // at the socket: a close, or an answer to nothing
+		}
+	}
+	if spoke {
 		// Something came while nobody was reading: the server closed the
 		// connection, or sent what nobody asked for. Write nothing; the
 		// reader goroutine reads it and ends the connection.
-		c.peerEnded()
 		c.stopWriting()
 		c.handBack(rdReader)
 		direct, held = false, false
