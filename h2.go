@@ -744,7 +744,7 @@ func (h *h2Host) do(req *http.Request, gotConnFired bool, queued *RequestEvent) 
 				return nil, err
 			}
 			lost := h2ConnLost(err)
-			if lost == err || early || !replayable(cur) {
+			if _, gone := lost.(*ConnError); !gone || early || !replayable(cur) {
 				return nil, lost
 			}
 			// RFC 9110 §9.2.2: an idempotent request whose connection
@@ -857,10 +857,12 @@ const (
 // closed, as a *ConnError that matches ErrServerClosed if it says the
 // connection failed under the request: closed without a GOAWAY that
 // spared it (io.ErrUnexpectedEOF), closed after one that did not, reset,
-// or lost. The stream had begun (an error before it began is h2Ended), so
-// the server may have processed the request, as ErrServerClosed says over
-// HTTP/1.1. Other errors (a stream reset by the server, a timeout, a
-// cancellation, a malformed answer) are returned as they are.
+// lost, or closed by the standard library after a write failed ("force
+// closed", which ends the connection's other streams too). The stream
+// had begun (an error before it began is h2Ended), so the server may have
+// processed the request, as ErrServerClosed says over HTTP/1.1. Other
+// errors (a stream reset by the server, a timeout, a cancellation, a
+// malformed answer) are returned as they are.
 func h2ConnLost(err error) error {
 	var ne net.Error
 	s := err.Error()
