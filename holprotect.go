@@ -117,18 +117,20 @@ func (c *pconn) holArm(a *attempt, stream bool) {
 
 // holStop stops the head-of-line timer (a's headers arrived, or c is
 // closing) and lets c take new requests again if the head was slow.
-func (c *pconn) holStop() {
+func (c *pconn) holStop() (wasSlow bool) {
 	g := &c.hol
 	g.mu.Lock()
 	if g.timer != nil {
 		g.timer.Stop()
 	}
 	g.head = nil
+	wasSlow = g.slow
 	if g.slow {
 		g.slow = false
 		c.ev.setSlow(c, false)
 	}
 	g.mu.Unlock()
+	return wasSlow
 }
 
 // holFireCurrent is the timer's callback: it checks the head it was
@@ -373,18 +375,18 @@ func serialDepth(depth int, dial, gap time.Duration) int {
 
 // notePipelineFailure is called when c failed with err while unanswered
 // requests were outstanding on it, the oldest written while nothing was
-// in flight (headIdle) or pipelined. Failures with more than one request
+// in flight (headIdle) or pipelined, and late (headSlow) or not. Failures with more than one request
 // outstanding, or whose oldest was pipelined (those behind it may have
 // been re-sent from behind it already), count towards the depth fallback:
 // three within pipelineFailureWindow; or the first one while the host has
 // answered no pipelined request since its last fallback (pipeAnswered), or
 // whose oldest request, pipelined, had waited past the head-of-line
-// timeout (sched.slow). A server that drops what is pipelined (gunicorn's
+// timeout (headSlow). A server that drops what is pipelined (gunicorn's
 // gthread worker leaves the requests that came in the same read as the
 // one it answers unanswered until it closes the connection, seconds later)
 // thus costs one stall, not three; and the fallbacks it earns in a row
 // last longer and longer (fallBackLocked).
-func (p *hostPool) notePipelineFailure(c *pconn, err error, unanswered int, headIdle bool) {
+func (p *hostPool) notePipelineFailure(err error, unanswered int, headIdle, headSlow bool) {
 	if unanswered < 2 && headIdle || p.t.depth <= 1 || !isPipelineFailure(err) {
 		return
 	}
@@ -394,7 +396,7 @@ func (p *hostPool) notePipelineFailure(c *pconn, err error, unanswered int, head
 	if now.Before(p.fallbackUntil) {
 		return // pipelined before the fallback began
 	}
-	if !p.pipeAnswered || !headIdle && c.s.slow {
+	if !p.pipeAnswered || !headIdle && headSlow {
 		// Never answered a pipelined request; or left one unanswered
 		// past the head-of-line timeout and then closed: it dropped
 		// it (gthread), for no server closes on a request it runs.

@@ -250,8 +250,9 @@ type connEvents interface {
 	// ended: the last event of a connection, once it is marked dead: it
 	// ended with err, with unanswered requests written on it after
 	// answered responses; headIdle: the oldest of them was written on
-	// the connection while nothing was in flight (not pipelined).
-	ended(c *pconn, err error, unanswered, answered int, headIdle bool)
+	// the connection while nothing was in flight (not pipelined);
+	// headSlow: it had waited past the head-of-line timeout.
+	ended(c *pconn, err error, unanswered, answered int, headIdle, headSlow bool)
 }
 
 func newPconn(t *Transport, ev connEvents, conn net.Conn, state *tls.ConnectionState) *pconn {
@@ -1233,14 +1234,14 @@ func (c *pconn) fail(err error) {
 	shared := len(c.fifo) > 1
 	c.fifo = nil
 	c.mu.Unlock()
-	c.holStop()
+	headSlow := c.holStop()
 	written := c.wc.written() // after closeConn: no Write is left running
 	inFlight := len(unanswered)
 	if shared {
 		inFlight = max(inFlight, 2)
 	}
 	headIdle := len(unanswered) > 0 && !unanswered[0].behind
-	c.ev.ended(c, err, inFlight, answered, headIdle)
+	c.ev.ended(c, err, inFlight, answered, headIdle, headSlow)
 	for i, a := range unanswered {
 		a.deliver(result{err: &ConnError{
 			Err:     err,
@@ -1269,7 +1270,7 @@ func (c *pconn) detach() {
 	c.mu.Lock()
 	c.dead = true
 	c.mu.Unlock()
-	c.ev.ended(c, errUpgraded, 0, 0, false)
+	c.ev.ended(c, errUpgraded, 0, 0, false, false)
 }
 
 // isFinalError reports whether a request whose response failed with err

@@ -479,9 +479,9 @@ func (p *hostPool) removed(c *pconn) {
 	p.mu.Unlock()
 }
 
-func (p *hostPool) ended(c *pconn, err error, unanswered, answered int, headIdle bool) {
+func (p *hostPool) ended(c *pconn, err error, unanswered, answered int, headIdle, headSlow bool) {
 	if unanswered > 0 {
-		p.notePipelineFailure(c, err, unanswered, headIdle)
+		p.notePipelineFailure(err, unanswered, headIdle, headSlow)
 	}
 	p.mu.Lock()
 	var spent []*pconn

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -216,6 +217,52 @@ func TestTimerFallbackExpires(t *testing.T) {
 			if d := depth(); d != 4 {
 				t.Errorf("fallback %d: depth = %d %v into it, want 4", i, d, want+time.Second)
 			}
+		}
+	})
+}
+
+// A host that answered pipelined requests before falls back at the first
+// failure whose pipelined head had waited past the head-of-line timeout:
+// gunicorn's gthread worker answers the first request of a read and leaves
+// the rest until its keep-alive timeout closes the connection.
+func TestTimerFallbackAfterDroppedHead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var drop atomic.Bool
+		srv := &memServer{handle: func(n int, c net.Conn, br *bufio.Reader) {
+			for {
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				time.Sleep(time.Millisecond)
+				more := br.Buffered() > 0 || c.(*memConn).unread() > 0
+				answer(c, req)
+				if drop.Load() && more {
+					time.Sleep(2 * time.Second) // its keep-alive close
+					return
+				}
+			}
+		}}
+		tr := NewTransport(TransportOptions{DialContext: srv.dial, MaxConnsPerHost: 1, PipelineDepth: 4})
+		defer tr.Close()
+		depth := func() int { return tr.Stats()["http://mem.test:80"].PipelineDepth }
+		burst := func() {
+			var chs []<-chan string
+			for i := range 4 {
+				chs = append(chs, memGet(tr, fmt.Sprintf("/%d", i)))
+			}
+			for _, ch := range chs {
+				<-ch
+			}
+		}
+		burst() // pipelined, answered
+		if d := depth(); d != 4 {
+			t.Fatalf("depth = %d after pipelined answers, want 4", d)
+		}
+		drop.Store(true)
+		burst()
+		if d := depth(); d != 1 {
+			t.Errorf("depth = %d after one pipelined head was dropped, want 1", d)
 		}
 	})
 }
