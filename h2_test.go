@@ -217,13 +217,8 @@ func TestH2H1OnlyStillPipelined(t *testing.T) {
 // learns the protocol while the others wait, then all are multiplexed.
 func TestH2BurstDialsOnce(t *testing.T) {
 	verifyNoLeaks(t)
-	var inHandler atomic.Int32
-	release := make(chan struct{})
-	srv, accepted := h2TestServer(t, h2Prefer, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		inHandler.Add(1)
-		<-release
-		io.WriteString(w, r.Proto)
-	}), nil)
+	h, inHandler, release := heldHandler()
+	srv, accepted := h2TestServer(t, h2Prefer, h, nil)
 	tr := NewTransport(TransportOptions{TLSClientConfig: tlsRoots(srv)})
 	var dials atomic.Int32
 	const n = 50
@@ -266,26 +261,15 @@ func TestH2BurstDialsOnce(t *testing.T) {
 func TestH2BurstSpreadsOverConns(t *testing.T) {
 	verifyNoLeaks(t)
 	const streams, conns, n = 100, 3, 250
-	var inHandler atomic.Int32
-	release := make(chan struct{})
-	srv, accepted := h2TestServer(t, h2Prefer, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		inHandler.Add(1)
-		<-release
-		io.WriteString(w, r.Proto)
-	}), &http.HTTP2Config{MaxConcurrentStreams: streams})
+	h, inHandler, release := heldHandler()
+	srv, accepted := h2TestServer(t, h2Prefer, h, &http.HTTP2Config{MaxConcurrentStreams: streams})
 	tr := NewTransport(TransportOptions{TLSClientConfig: tlsRoots(srv), MaxConnsPerHost: conns})
 	defer tr.Close()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer close(release)
 	h2GetsGo(t, &wg, tr, srv.URL, n)
-	deadline := time.Now().Add(5 * time.Second)
-	for inHandler.Load() != n && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	if got := inHandler.Load(); got != n {
-		t.Fatalf("%d requests in the handler, want %d; Stats: %+v", got, n, tr.Stats())
-	}
+	waitFor(t, fmt.Sprintf("%d requests in the handler", n), func() bool { return inHandler.Load() == n })
 	if a := accepted.Load(); a != conns {
 		t.Errorf("server accepted %d connections, want %d", a, conns)
 	}
@@ -1094,6 +1078,17 @@ func h2Parallel(t *testing.T, tr http.RoundTripper, url string, n int) {
 	var wg sync.WaitGroup
 	h2GetsGo(t, &wg, tr, url, n)
 	wg.Wait()
+}
+
+// heldHandler returns a handler that counts the requests in it (in) and
+// holds each until release is closed, then answers r.Proto.
+func heldHandler() (h http.Handler, in *atomic.Int32, release chan struct{}) {
+	in, release = new(atomic.Int32), make(chan struct{})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		in.Add(1)
+		<-release
+		io.WriteString(w, r.Proto)
+	}), in, release
 }
 
 // h2GetsGo starts n GETs of url through tr on wg, each checking that it was

@@ -179,31 +179,8 @@ func TestTimerFallbackExpires(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// Each connection answers its first request and drops the
 		// connection when a second one arrives pipelined.
-		srv := &memServer{handle: func(n int, c net.Conn, br *bufio.Reader) {
-			for {
-				req, err := http.ReadRequest(br)
-				if err != nil {
-					return
-				}
-				time.Sleep(time.Millisecond)
-				if br.Buffered() > 0 || c.(*memConn).unread() > 0 {
-					return
-				}
-				answer(c, req)
-			}
-		}}
-		tr := NewTransport(TransportOptions{DialContext: srv.dial, MaxConnsPerHost: 1, PipelineDepth: 4})
-		defer tr.Close()
-		depth := func() int { return tr.Stats()["http://mem.test:80"].PipelineDepth }
-		burst := func() {
-			var chs []<-chan string
-			for i := range 4 {
-				chs = append(chs, memGet(tr, fmt.Sprintf("/%d", i)))
-			}
-			for _, ch := range chs {
-				<-ch
-			}
-		}
+		depth, burst, stop := fallbackHost(func(net.Conn, *http.Request) bool { return false })
+		defer stop()
 		for i, want := range []time.Duration{pipelineFallbackFor, 2 * pipelineFallbackFor} {
 			burst()
 			if d := depth(); d != 1 {
@@ -228,33 +205,15 @@ func TestTimerFallbackExpires(t *testing.T) {
 func TestTimerFallbackAfterDroppedHead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var drop atomic.Bool
-		srv := &memServer{handle: func(n int, c net.Conn, br *bufio.Reader) {
-			for {
-				req, err := http.ReadRequest(br)
-				if err != nil {
-					return
-				}
-				time.Sleep(time.Millisecond)
-				more := br.Buffered() > 0 || c.(*memConn).unread() > 0
-				answer(c, req)
-				if drop.Load() && more {
-					time.Sleep(2 * time.Second) // its keep-alive close
-					return
-				}
+		depth, burst, stop := fallbackHost(func(c net.Conn, req *http.Request) bool {
+			answer(c, req)
+			if drop.Load() {
+				time.Sleep(2 * time.Second) // its keep-alive close
+				return false
 			}
-		}}
-		tr := NewTransport(TransportOptions{DialContext: srv.dial, MaxConnsPerHost: 1, PipelineDepth: 4})
-		defer tr.Close()
-		depth := func() int { return tr.Stats()["http://mem.test:80"].PipelineDepth }
-		burst := func() {
-			var chs []<-chan string
-			for i := range 4 {
-				chs = append(chs, memGet(tr, fmt.Sprintf("/%d", i)))
-			}
-			for _, ch := range chs {
-				<-ch
-			}
-		}
+			return true
+		})
+		defer stop()
 		burst() // pipelined, answered
 		if d := depth(); d != 4 {
 			t.Fatalf("depth = %d after pipelined answers, want 4", d)
@@ -265,6 +224,41 @@ func TestTimerFallbackAfterDroppedHead(t *testing.T) {
 			t.Errorf("depth = %d after one pipelined head was dropped, want 1", d)
 		}
 	})
+}
+
+// fallbackHost starts, in a synctest bubble, a Transport (MaxConnsPerHost
+// 1, PipelineDepth 4) over a memServer that answers each request that came
+// alone and hands one that came with another behind it (pipelined) to
+// pipelined, which reports whether the connection goes on. It returns the
+// host's effective depth, a burst of 4 GETs that waits for their outcomes,
+// and a function that closes the Transport.
+func fallbackHost(pipelined func(c net.Conn, req *http.Request) bool) (depth func() int, burst, stop func()) {
+	srv := &memServer{handle: func(n int, c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			time.Sleep(time.Millisecond) // let a pipelined request arrive
+			if br.Buffered() == 0 && c.(*memConn).unread() == 0 {
+				answer(c, req)
+			} else if !pipelined(c, req) {
+				return
+			}
+		}
+	}}
+	tr := NewTransport(TransportOptions{DialContext: srv.dial, MaxConnsPerHost: 1, PipelineDepth: 4})
+	depth = func() int { return tr.Stats()["http://mem.test:80"].PipelineDepth }
+	burst = func() {
+		var chs []<-chan string
+		for i := range 4 {
+			chs = append(chs, memGet(tr, fmt.Sprintf("/%d", i)))
+		}
+		for _, ch := range chs {
+			<-ch
+		}
+	}
+	return depth, burst, func() { tr.Close() }
 }
 
 // fallBackLocked's fallbacks in a row last pipelineFallbackFor, doubled
