@@ -294,6 +294,19 @@ func getBody(ctx context.Context, rt http.RoundTripper, url string) (string, err
 	return string(b), err
 }
 
+// getAt sends a GET of url from another goroutine and sends on the channel
+// when its body has been read in full, failing the test on an error.
+func getAt(t *testing.T, tr *Transport, url string) <-chan time.Time {
+	done := make(chan time.Time, 1)
+	go func() {
+		if _, err := getBody(context.Background(), tr, url); err != nil {
+			t.Errorf("GET %s: %v", url, err)
+		}
+		done <- time.Now()
+	}()
+	return done
+}
+
 func readBody(t *testing.T, resp *http.Response) string {
 	t.Helper()
 	b, err := io.ReadAll(resp.Body)

@@ -52,7 +52,7 @@ type pconn struct {
 	wdMu           sync.Mutex    // serialises write-deadline changes on cancellation
 
 	mu       sync.Mutex // guards the fields below up to closeOnce
-	fifo     []*attempt // attempts written and not fully answered, in wire order
+	fifo     []*attempt // attempts written and not fully answered, in wire order; nr.pipelined follows it (notePipelinedLocked)
 	answered int        // responses read in full
 	noWrite  bool       // the connection ends after responses already due
 	// recentBehind is 32 when a request was last written behind others,
@@ -207,11 +207,40 @@ func (w *wireCounter) written() int64 {
 }
 
 // netReader is the connection as br sees it. onRead, if set, runs once
-// before the next read from the network; only the reader goroutine sets
-// it or reads through it.
+// before the next read from the network; only the holder of the read turn
+// sets it or reads through it.
 type netReader struct {
 	conn   net.Conn
 	onRead func()
+	// ack, if set, acknowledges at once what the socket has received
+	// (peeker.ackNow); set once, with the connection. ackT runs it when a
+	// read waits longer than ackStall while answers are still due.
+	ack  *peeker
+	ackT *time.Timer
+	// pipelined: an answer due on the connection was asked for behind
+	// another (the first of fifo was written behind one, or fifo holds
+	// more than one). Stored under pconn.mu with each change of fifo
+	// (notePipelinedLocked); read here without it, as a hint.
+	pipelined atomic.Bool
+}
+
+// ackStall is how long a read waits, with answers still due, before the
+// connection acknowledges what it has received.
+//
+// A server that writes without TCP_NODELAY holds a small response until
+// the last one it sent is acknowledged (Nagle's algorithm, RFC 1122
+// §4.2.3.4), and a client acknowledges late when it has nothing to send
+// (delayed ACKs, RFC 1122 §4.2.3.2: 40 ms on Linux). net/http's next
+// request carries the ACK; a pipelined request was sent already, so each
+// answer behind a small one would wait out the client's timer (Puma).
+// Acknowledging after every read would cost a system call and a packet
+// per read under load, when the requests written carry the ACKs; a wait
+// this long is where a stall shows.
+const ackStall = time.Millisecond
+
+// notePipelinedLocked sets nr.pipelined from fifo. c.mu is held.
+func (c *pconn) notePipelinedLocked() {
+	c.nr.pipelined.Store(len(c.fifo) > 1 || len(c.fifo) == 1 && c.fifo[0].behind)
 }
 
 func (r *netReader) Read(p []byte) (int, error) {
@@ -219,7 +248,17 @@ func (r *netReader) Read(p []byte) (int, error) {
 		r.onRead = nil
 		f()
 	}
-	return r.conn.Read(p)
+	if r.ack == nil || !r.pipelined.Load() {
+		return r.conn.Read(p)
+	}
+	if r.ackT == nil {
+		r.ackT = time.AfterFunc(ackStall, r.ack.ackNow)
+	} else {
+		r.ackT.Reset(ackStall)
+	}
+	n, err := r.conn.Read(p)
+	r.ackT.Stop()
+	return n, err
 }
 
 // connEvents is what a connection reports to its pool: the one direction
@@ -272,6 +311,7 @@ func newPconn(t *Transport, ev connEvents, conn net.Conn, state *tls.ConnectionS
 	c.bw = bufio.NewWriterSize(&c.wc, o.WriteBufferSize)
 	if c.peek = newPeeker(conn); c.peek != nil {
 		c.peek.write = c.flushHeld
+		c.nr.ack = c.peek
 		c.canDirect = true
 		c.wake = make(chan struct{}, 1)
 		c.restT = time.NewTimer(restWatch)
@@ -386,6 +426,7 @@ func (c *pconn) send(a *attempt) error {
 	}
 	c.lastSent = now
 	c.fifo = append(c.fifo, a)
+	c.notePipelinedLocked()
 	head := len(c.fifo) == 1
 	var first *attempt // the head, if a is the first request behind it
 	if len(c.fifo) == 2 {
@@ -1103,6 +1144,7 @@ func (c *pconn) popHead() {
 	copy(c.fifo, c.fifo[1:])
 	c.fifo[len(c.fifo)-1] = nil
 	c.fifo = c.fifo[:len(c.fifo)-1]
+	c.notePipelinedLocked()
 	c.answered++
 	var next *attempt
 	if len(c.fifo) > 0 {
@@ -1233,6 +1275,7 @@ func (c *pconn) fail(err error) {
 	// of a fresh connection may be retried.
 	shared := len(c.fifo) > 1
 	c.fifo = nil
+	c.nr.pipelined.Store(false)
 	c.mu.Unlock()
 	headSlow := c.holStop()
 	written := c.wc.written() // after closeConn: no Write is left running

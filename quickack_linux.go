@@ -1,0 +1,16 @@
+package pipelined
+
+import "syscall"
+
+// ackNow sends the socket's delayed acknowledgement at once, if one is
+// due, and leaves the socket's interactive ("pingpong") mode, in which
+// Linux delays acknowledgements (TCP_QUICKACK, tcp(7)). The kernel enters
+// that mode again when the connection sends soon after it receives, so it
+// is asked for at each read that waits too long (netReader.Read) rather
+// than once. An error changes nothing: the ACK goes out when the kernel's
+// timer ends, as it would have.
+func (p *peeker) ackNow() { p.rc.Control(quickAck) }
+
+func quickAck(fd uintptr) {
+	syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_QUICKACK, 1)
+}
