@@ -18,8 +18,8 @@ import (
 //
 // Each round pipelines two GETs on the one connection; the server reads
 // both, then writes the two answers in two writes. Without the prompt ACK
-// every round waits out the timer
-// between the two answers; a round is counted late past 30 ms.
+// every round waits out the timer between the two answers; a round is
+// counted late past 30 ms.
 func TestNagleServerPipelinedAnswersNotDelayed(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("only Linux lets a client acknowledge at once (TCP_QUICKACK)")
