@@ -38,8 +38,8 @@ type request struct {
 	// may be sent again while its original may still run (mayDuplicate).
 	safe bool
 	// pipelineable reports whether the request may be written behind
-	// others and others behind it: safe, and not a Connection: close
-	// request.
+	// others and others behind it: safe, not a Connection: close
+	// request, and a head far from servers' limits (headNearLimits).
 	pipelineable bool
 	closeAfter   bool // Connection: close is sent; the connection ends with it
 	upgrade      bool // CONNECT or Upgrade: the connection may leave the pool
@@ -90,6 +90,43 @@ func replayable(req *http.Request) bool {
 	return k1 || k2
 }
 
+// Request heads near the limits servers set on them are not pipelined.
+// Their defaults refuse a head of more than 64 fields (Varnish's
+// http_max_hdr) or 8 KiB (Tomcat's maxHttpHeaderSize; nginx's and Apache's
+// limit on a line), and many refuse with an immediate close that does
+// not read what followed. RFC 9112 §9.6: a request that arrives on a
+// closed connection makes the server's TCP send a reset, which "might
+// erase the client's unacknowledged input buffers": the refusal (400,
+// 414, 431) is lost, and its caller gets "connection reset by peer"
+// where net/http, which writes nothing behind a request, gets the status.
+const (
+	riskyHeadFields = 48
+	riskyHeadBytes  = 6 << 10
+)
+
+// headNearLimits reports whether req's head comes near the limits
+// servers set on request heads (riskyHeadFields, riskyHeadBytes): field
+// lines as written, and an estimate of its bytes, the request line's
+// target and Host included.
+func headNearLimits(req *http.Request) bool {
+	host := req.Host
+	if host == "" {
+		host = req.URL.Host
+	}
+	n := len(host) + max(len(req.URL.Path), len(req.URL.RawPath)) + len(req.URL.RawQuery)
+	if len(req.Header) > riskyHeadFields || n > riskyHeadBytes {
+		return true
+	}
+	lines := 0
+	for k, vs := range req.Header {
+		lines += len(vs)
+		for _, v := range vs {
+			n += len(k) + len(v) + len(": \r\n")
+		}
+	}
+	return lines > riskyHeadFields || n > riskyHeadBytes
+}
+
 func newRequest(t *Transport, req *http.Request, key poolKey) *request {
 	r := &request{req: req, ctx: req.Context(), method: req.Method}
 	if r.method == "" {
@@ -110,7 +147,7 @@ func newRequest(t *Transport, req *http.Request, key poolKey) *request {
 	// to move to another connection while its original may still run
 	// (a slow or streaming head), and only a safe one may run twice, or
 	// after requests its caller sent later (docs/reliability.md).
-	r.pipelineable = r.safe && !upgrade && !r.closeAfter
+	r.pipelineable = r.safe && !upgrade && !r.closeAfter && !headNearLimits(req)
 	r.expectContinue = expect && req.ProtoAtLeast(1, 1)
 	r.upgrade = upgrade
 	if upgrade {

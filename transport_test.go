@@ -1542,3 +1542,98 @@ func TestRequestBodyError(t *testing.T) {
 		})
 	}
 }
+
+func TestHeadNearLimits(t *testing.T) {
+	fields := func(n, values int) http.Header {
+		h := http.Header{}
+		for i := range n {
+			for range values {
+				h.Add(fmt.Sprintf("X-Field-%d", i), "v")
+			}
+		}
+		return h
+	}
+	tests := []struct {
+		name   string
+		target string
+		header http.Header
+		want   bool
+	}{
+		{"plain", "/", nil, false},
+		{"10 fields", "/", fields(10, 1), false},
+		{"48 fields", "/", fields(riskyHeadFields, 1), false},
+		{"49 fields", "/", fields(riskyHeadFields+1, 1), true},
+		{"30 fields of 2 lines", "/", fields(30, 2), true},
+		{"a 4 KiB cookie", "/", http.Header{"Cookie": {strings.Repeat("c", 4<<10)}}, false},
+		{"a 7 KiB cookie", "/", http.Header{"Cookie": {strings.Repeat("c", 7<<10)}}, true},
+		{"a 7 KiB query", "/?q=" + strings.Repeat("q", 7<<10), nil, true},
+	}
+	for _, tt := range tests {
+		req, _ := http.NewRequest("GET", "http://example.test"+tt.target, nil)
+		if tt.header != nil {
+			req.Header = tt.header
+		}
+		if got := headNearLimits(req); got != tt.want {
+			t.Errorf("headNearLimits(%s) = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// A server that refuses a head it finds too large and closes at once,
+// without reading what followed (Varnish's 400 for more than 64 fields),
+// resets the connection if a request came behind: the reset can destroy
+// the refusal before it is read (RFC 9112 §9.6). Nothing is written behind
+// a request whose head comes near such limits (headNearLimits): its caller
+// gets the 400, as with net/http, and the GETs around it their answers.
+func TestRiskyHeadNotPipelined(t *testing.T) {
+	verifyNoLeaks(t)
+	var behind atomic.Int32
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			if len(req.Header) > riskyHeadFields {
+				time.Sleep(2 * time.Millisecond) // let a pipelined request arrive
+				if br.Buffered() > 0 {
+					behind.Add(1)
+				}
+				io.WriteString(c, "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+				return // closed, unread bytes and all
+			}
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
+		}
+	})
+	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 2, PipelineDepth: 8})
+	mustGet(t, tr, srv.url("/first")) // pipelining starts after the first answer
+	var wg sync.WaitGroup
+	for i := range 60 {
+		wg.Go(func() {
+			path := fmt.Sprintf("/%d", i)
+			req, _ := http.NewRequest("GET", srv.url(path), nil)
+			big := i%6 == 0
+			if big {
+				for j := range riskyHeadFields + 10 {
+					req.Header.Set(fmt.Sprintf("X-Field-%d", j), "v")
+				}
+			}
+			resp, err := tr.RoundTrip(req)
+			switch {
+			case err != nil:
+				t.Errorf("GET %s (many fields %v): %v", path, big, err)
+			case big && resp.StatusCode != http.StatusBadRequest:
+				t.Errorf("GET %s with many fields: status %d, want 400", path, resp.StatusCode)
+			case !big && resp.StatusCode != http.StatusOK:
+				t.Errorf("GET %s: status %d, want 200", path, resp.StatusCode)
+			}
+			if err == nil {
+				readBody(t, resp)
+			}
+		})
+	}
+	waitOrFail(t, &wg, "GETs")
+	if n := behind.Load(); n != 0 {
+		t.Errorf("%d requests were written behind one with many fields, want none", n)
+	}
+}
