@@ -26,7 +26,7 @@ import (
 // credentials of one proxy URL never serve a request meant for another.
 type poolKey struct {
 	scheme      string // target scheme: "http" or "https"
-	addr        string // host:port of the target (ASCII host, default port filled in)
+	addr        string // host:port of the target (ASCII host, default port filled in); "" for a forward proxy's pool
 	proxyScheme string // "http", "https", "socks5", "socks5h", or "" for no proxy
 	proxyAddr   string // host:port of the proxy
 	proxyUser   string // the proxy URL's user info, encoded (url.Userinfo.String), or ""
@@ -40,12 +40,16 @@ type poolKey struct {
 
 // String returns the pool's name as Stats reports it: "scheme://host:port",
 // followed by " via scheme://proxyhost:port" for proxied pools, or " via
-// scheme://user@proxyhost:port" if the proxy URL has a user name. It never
-// contains a password. The pool of an https target kept for requests that
+// scheme://user@proxyhost:port" if the proxy URL has a user name; the pool
+// of http:// targets through an HTTP(S) proxy, which every such target
+// shares, is "http://* via ...". It never contains a password. The pool of an https target kept for requests that
 // need HTTP/1.1 while the Transport offers h2 (CONNECT, Upgrade) ends with
 // " (HTTP/1.1 only)".
 func (k poolKey) String() string {
 	s := k.scheme + "://" + k.addr
+	if k.addr == "" {
+		s += "*"
+	}
 	if k.proxyScheme != "" {
 		s += " via " + k.proxyScheme + "://"
 		if k.proxyUser != "" {
@@ -127,6 +131,14 @@ func (t *Transport) keyFor(req *http.Request) (poolKey, error) {
 			password, _ := u.User.Password()
 			key.proxyAuth = "Basic " + base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+password))
 		}
+	}
+	if key.forwardProxy() {
+		// Each request names its target (absolute form) and the
+		// connection goes to the proxy: one pool for every http://
+		// target, as net/http's connectMethodKey, so that MaxConnsPerHost
+		// bounds the connections to the proxy and a crawler through it
+		// reuses them from one target to the next.
+		key.addr = ""
 	}
 	return key, nil
 }

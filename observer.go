@@ -101,7 +101,8 @@ type RequestEvent struct {
 
 	// Host names the request's pool as [Transport.Stats] keys it:
 	// "scheme://host:port", with " via scheme://proxy:port" for proxied
-	// pools.
+	// pools; "http://* via ..." for http:// requests through an HTTP(S)
+	// proxy, which share the proxy's connections whatever their target.
 	Host string
 
 	// Addr is the target server's "host:port", default port filled in (the
@@ -213,7 +214,9 @@ type ConnEvent struct {
 	// Host names the connection's pool as [Transport.Stats] keys it.
 	Host string
 
-	// Addr is the target server's "host:port" (not the proxy's).
+	// Addr is the target server's "host:port" (not the proxy's); empty for
+	// a connection to an HTTP(S) proxy that carries http:// requests to
+	// any target.
 	Addr string
 
 	// Protocol is "HTTP/1.1" or "HTTP/2.0".

@@ -333,7 +333,7 @@ func TestHTTPProxyForward(t *testing.T) {
 			if auth != 0 || len(targets) != n {
 				t.Errorf("origin saw %d requests, %d with Proxy-Authorization; want %d, 0", len(targets), auth, n)
 			}
-			wantKey := o.URL + " via " + strings.Replace(p.URL, "://", "://user@", 1)
+			wantKey := "http://* via " + strings.Replace(p.URL, "://", "://user@", 1)
 			if _, ok := tr.Stats()[wantKey]; !ok || len(tr.Stats()) != 1 {
 				t.Errorf("Stats keys = %q, want [%q]", statsKeys(tr), wantKey)
 			}
@@ -345,8 +345,9 @@ func TestHTTPProxyForward(t *testing.T) {
 // proxy relays what follows a request to the origin, and one that closes
 // each connection after its answer without saying so (tinyproxy) cuts
 // that answer short. The raw proxy here answers each request itself and
-// notes any that came while one was unanswered; concurrent GETs dial up to
-// MaxConnsPerHost and reuse the connections, as net/http's do.
+// notes any that came while one was unanswered; concurrent GETs to 32
+// targets dial up to MaxConnsPerHost and share the connections, as
+// net/http's do (keyFor: one pool for every http:// target).
 func TestHTTPProxyForwardNotPipelined(t *testing.T) {
 	verifyNoLeaks(t)
 	var pipelined, served atomic.Int32
@@ -370,7 +371,7 @@ func TestHTTPProxyForwardNotPipelined(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 32 {
 		wg.Go(func() {
-			target := fmt.Sprintf("http://origin.test/%d", i)
+			target := fmt.Sprintf("http://origin%d.test/", i)
 			if got := mustGet(t, tr, target); got != target {
 				t.Errorf("GET %s = %q", target, got)
 			}
@@ -380,7 +381,7 @@ func TestHTTPProxyForwardNotPipelined(t *testing.T) {
 	if n := pipelined.Load(); n != 0 {
 		t.Errorf("the proxy got %d requests pipelined behind another, want none", n)
 	}
-	if d := tr.Stats()["http://origin.test:80 via "+p.url("")].PipelineDepth; d != 1 {
+	if d := tr.Stats()["http://* via "+p.url("")].PipelineDepth; d != 1 {
 		t.Errorf("Stats().PipelineDepth = %d, want 1; Stats: %+v", d, tr.Stats())
 	}
 	if n := p.conns.Load(); n > 2 {
@@ -716,10 +717,10 @@ func TestProxyPoolsSeparate(t *testing.T) {
 	hp1 := strings.TrimPrefix(p1.URL, "http://")
 	for _, want := range []string{
 		o.URL,
-		o.URL + " via " + p1.URL,
-		o.URL + " via http://alice@" + hp1,
-		o.URL + " via http://bob@" + hp1,
-		o.URL + " via " + p2.URL,
+		"http://* via " + p1.URL,
+		"http://* via http://alice@" + hp1,
+		"http://* via http://bob@" + hp1,
+		"http://* via " + p2.URL,
 		o.URL + " via socks5://" + s.addr(),
 	} {
 		if _, ok := stats[want]; !ok {

@@ -105,7 +105,11 @@ func (p *hostPool) roundTrip(req *http.Request) (*http.Response, error) {
 	}
 	o := p.t.opts.Observer
 	if o != nil {
-		r.obs = &requestObs{start: time.Now(), host: p.name, addr: p.key.addr}
+		addr := p.key.addr
+		if addr == "" { // a forward proxy's pool: the target is the request's
+			addr, _ = canonicalAddr(sent.URL.Scheme, sent.URL.Host)
+		}
+		r.obs = &requestObs{start: time.Now(), host: p.name, addr: addr}
 		if from != nil && from.ev != nil { // the request goes on from its HTTP/2 attempt
 			r.obs.start, r.obs.queueTime, r.obs.moved = from.ev.Start, from.ev.QueueTime, from.ev
 		}

@@ -475,8 +475,9 @@ type HostStats struct {
 }
 
 // Stats returns a snapshot of every host's pool, keyed by
-// "scheme://host:port" (with " via proxy" appended for proxied pools). It is
-// safe to call at any time.
+// "scheme://host:port" (with " via proxy" appended for proxied pools; the
+// pool of http:// URLs through an HTTP(S) proxy, shared by their targets,
+// is "http://* via proxy"). It is safe to call at any time.
 func (t *Transport) Stats() map[string]HostStats {
 	t.initOnce.Do(t.init)
 	ps := t.poolList()
