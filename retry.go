@@ -95,6 +95,27 @@ func (p *hostPool) roundTrip(req *http.Request) (*http.Response, error) {
 		// The host turned back to HTTP/1.1 while req waited for a stream.
 		from, sent = u, u.req
 	}
+	for changes := 0; ; changes++ {
+		resp, err, back := p.roundTripH1(req, sent, from, changes)
+		if back == nil {
+			return resp, err
+		}
+		from, sent = back, back.req
+	}
+}
+
+// maxProtocolChanges bounds how often a request follows its host from
+// HTTP/1.1 to HTTP/2 and back before it fails: a host that changes faster
+// than requests move (a server whose ALPN flaps) is served as long as it
+// settles within a few changes.
+const maxProtocolChanges = 8
+
+// roundTripH1 is one pass of roundTrip through the HTTP/1 pool, and on to
+// the HTTP/2 side if the host turns out to speak it. If the host turned
+// back to HTTP/1.1 before the request had a stream, and the request has
+// not met maxProtocolChanges changes yet, it returns the useH1 to go round
+// again with, and no outcome.
+func (p *hostPool) roundTripH1(req, sent *http.Request, from *useH1, changes int) (*http.Response, error, *useH1) {
 	r := newRequest(p.t, sent, p.key)
 	if p.key.forwardProxy() {
 		// An http:// target through an HTTP(S) proxy: RFC 9112 §3.2.2
@@ -121,12 +142,19 @@ func (p *hostPool) roundTrip(req *http.Request) (*http.Response, error) {
 		resp, err = u.h.redirect(sent, redirectEvent(o, r))
 		r.bodyUsed = true // the HTTP/2 side owns the body and reports the rest
 		redirected = true
-		if _, ok := err.(*useH1); ok {
-			// And back to HTTP/1.1 meanwhile: the host changes protocol
-			// faster than requests move. The HTTP/2 side reported no
-			// RequestDone: this side does.
-			closeBody(sent)
-			err = fmt.Errorf("pipelined: %s changed protocol twice while a request waited: %w", p.key.addr, errUseH1)
+		if back, ok := err.(*useH1); ok {
+			// And back to HTTP/1.1 meanwhile, before the request had a
+			// stream: nothing was sent, and its body is as it was, so it
+			// goes round again. The HTTP/2 side reported no RequestDone:
+			// this side does, in the next pass or here.
+			if changes+1 < maxProtocolChanges {
+				if endLegacy != nil {
+					endLegacy()
+				}
+				return nil, nil, back
+			}
+			closeBody(back.req)
+			err = fmt.Errorf("pipelined: %s changed protocol too often while a request waited: %w", p.key.addr, errUseH1)
 			redirected = false
 		}
 	}
@@ -142,7 +170,7 @@ func (p *hostPool) roundTrip(req *http.Request) (*http.Response, error) {
 	if o != nil && o.RequestDone != nil && r.obs.last != nil && !redirected {
 		observeDone(o, r, resp, err)
 	}
-	return resp, err
+	return resp, err, nil
 }
 
 // observeDone reports RequestDone. It is kept out of roundTrip so that
