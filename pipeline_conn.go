@@ -860,6 +860,7 @@ func (c *pconn) readBody(a *attempt, resp *http.Response, f framing, closing, di
 	}
 	if f.kind == bodyNone {
 		resp.Body = http.NoBody
+		a.noBody = true
 		c.finishResponse(a, closing, true)
 		a.deliver(result{resp: resp})
 		return nil

@@ -44,6 +44,11 @@ type hostPool struct {
 	// last closed without notice while requests were in flight; seen
 	// twice in a row, it becomes the budget.
 	quietClose int
+	// budgetUntil: a budget learned from unannounced closes holds until
+	// then (quietBudgetFor), and is learned again after; zero for a budget
+	// the server announced (Connection: close), which a connection that
+	// served it without a close forgets (responseDone).
+	budgetUntil time.Time
 	// Depth fallback (holprotect.go): the times of recent pipeline
 	// failures, and until when the host's effective depth is 1.
 	pipeFailures  []time.Time
@@ -106,6 +111,9 @@ type sched struct {
 	kaIdle     time.Duration
 	kaLimit    int
 	kaFirstMax int // the first max= seen, plus one (0: none yet)
+	// lastNoBody: the last response read in full had no body by rule
+	// (HEAD, 204, 304; attempt.noBody).
+	lastNoBody bool
 }
 
 // idle reports whether the connection is established, takes requests and
@@ -240,6 +248,9 @@ func (p *hostPool) assignLocked(c *pconn, a *attempt) httptrace.GotConnInfo {
 		s.headTick = p.tick
 		s.reserved = false
 	}
+	if p.budget > 0 && !p.budgetUntil.IsZero() && time.Now().After(p.budgetUntil) {
+		p.budget, p.quietClose, p.budgetUntil = 0, 0, time.Time{}
+	}
 	if p.budget > 0 && s.assigned >= p.budget {
 		p.retireLocked(c, CloseBudget)
 		s.atBudget = true
@@ -308,30 +319,39 @@ func (p *hostPool) becameIdleLocked(c *pconn) (done, wentIdle bool, victims []*i
 // watched again.
 const quickClose = 150 * time.Millisecond
 
+// quietBudgetFor is how long a budget learned from unannounced closes
+// holds. Nothing tells that such a server would now answer more (its
+// connections are closed at the budget), so it is learned again: a
+// server that still closes costs a request sent again per connection
+// until it has closed two in a row at the same count; one whose closes
+// had another cause, which the rules here did not tell apart, is no
+// longer held to it.
+const quietBudgetFor = time.Minute
+
 // quietClosed reports whether a connection that ended with err, with
 // unanswered requests written on it after answered responses, was closed
 // by its server after a number of responses without notice: the number
 // that quietClose counts.
 //
-// After two answers or more, any close or reset with requests unanswered
-// counts. After the first answer only a close that came right after it
-// (within quickClose of the connection going idle, idle for) counts, and
-// only if no request was pipelined on it: a connection whose server
-// closed as its idle connection (errIdleClosed: seen before a request was
+// Only a close that came right after an answer counts (within quickClose
+// of the connection going idle, idle for): a connection whose server
+// closed it as it went idle (errIdleClosed: seen before a request was
 // written on it, or by its reader), or failed the request written on it
-// once idle (headIdle). Such a server (hypercorn 0.13, tinyproxy) answers
-// one request per connection and closes, saying nothing; a request
-// written as the close is on its way fails, and net/http retries it
-// without limit. A close after a pipelined request is what a server that
-// mishandles pipelining does (gunicorn's gthread worker): the depth
-// fallback deals with that (notePipelineFailure).
+// once idle (headIdle). Such a server (hypercorn 0.13 and tinyproxy after
+// one answer) closes saying nothing; a request written as the close is on
+// its way fails, and net/http retries it without limit. A close later on
+// is an idle timeout. A close on a pipelined request is what a server that
+// mishandles pipelining does, after however many answers went before
+// (gunicorn's gthread worker; uWSGI's --http11-socket answers the first of
+// two requests that came in one read, and closes; on connections that
+// begin alike, two in a row may match): the depth fallback deals with it
+// (notePipelineFailure), and a server that does close after n answers is
+// learned at depth 1 then.
 func quietClosed(err error, unanswered, answered int, headIdle bool, idle time.Duration) bool {
-	switch {
-	case answered >= 2:
-		return unanswered > 0 && isPipelineFailure(err)
-	case answered != 1 || idle >= quickClose:
+	if answered == 0 || idle >= quickClose {
 		return false
-	case err == errIdleClosed:
+	}
+	if err == errIdleClosed {
 		return unanswered == 0
 	}
 	return unanswered > 0 && headIdle && isPipelineFailure(err)
@@ -368,7 +388,7 @@ func (p *hostPool) gotHeadersLocked(c *pconn, a *attempt, closing bool) {
 			// read hands the read turn on before responseDone).
 			// keepAliveLocked counts from a.place too.
 			if s.assigned > a.place {
-				p.budget = a.place
+				p.budget, p.budgetUntil = a.place, time.Time{}
 			}
 		}
 	}
@@ -395,6 +415,7 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers bool) err
 	s := &c.s
 	s.inflight--
 	s.served++
+	s.lastNoBody = a.noBody
 	if a.streamed {
 		// Only a's own stream ends here: after a direct read, the turn
 		// passes on before responseDone, so the reader may already
@@ -408,9 +429,11 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers bool) err
 		put = errConnClosing
 	}
 	if s.inflight == 0 {
-		if s.atBudget && !s.serverClosed && p.budget == s.assigned && p.quietClose == 0 {
-			// The server would have answered more: forget the budget
-			// and learn it again from the next close.
+		if s.atBudget && !s.serverClosed && p.budget == s.assigned && p.budgetUntil.IsZero() {
+			// The server would have answered more than it announced:
+			// forget the budget and learn it again from the next close.
+			// (One that closes without notice says nothing either way
+			// here: that budget expires.)
 			p.budget = 0
 		}
 		if put == nil && !p.keepIdleLocked(c) {
@@ -485,13 +508,17 @@ func (p *hostPool) ended(c *pconn, err error, unanswered, answered int, headIdle
 	}
 	p.mu.Lock()
 	var spent []*pconn
-	if quietClosed(err, unanswered, answered, headIdle, time.Since(c.s.idleSince)) {
+	if quietClosed(err, unanswered, answered, headIdle, time.Since(c.s.idleSince)) && !c.s.lastNoBody {
 		// A server (or a proxy) that closes each connection after a
 		// fixed number of requests without saying so: seen twice, that
-		// number becomes the host's budget, so that the next connections
-		// are not given requests they will not answer.
+		// number becomes the host's budget for quietBudgetFor, so that
+		// the next connections are not given requests they will not
+		// answer. A close right after an answer without a body (HEAD,
+		// 204, 304) may be the server's response to that answer
+		// (waitress closes after a HEAD whose application wrote no body,
+		// which it takes for a short one): not counted.
 		if p.quietClose == answered && (p.budget == 0 || answered < p.budget) {
-			p.budget = answered
+			p.budget, p.budgetUntil = answered, time.Now().Add(quietBudgetFor)
 			spent = p.retireSpentLocked()
 		}
 		p.quietClose = answered

@@ -494,3 +494,41 @@ func TestLargeAnswersOnTheWire(t *testing.T) {
 		t.Errorf("at most %d requests outstanding on the connection, want 2", got)
 	}
 }
+
+// A budget learned from unannounced closes holds for quietBudgetFor, then
+// is forgotten at the next assignment (and learned again if the server
+// still closes); an announced one holds until a connection serves it
+// without a close.
+func TestQuietBudgetExpires(t *testing.T) {
+	tests := []struct {
+		name        string
+		until       time.Duration // budgetUntil from now; 0: announced
+		wantRetired bool
+		wantBudget  int
+	}{
+		{"announced", 0, true, 3},
+		{"quiet, in force", time.Minute, true, 3},
+		{"quiet, expired", -time.Second, false, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := NewTransport(TransportOptions{PipelineDepth: 8})
+			defer tr.Close()
+			p := newHostPool(tr, poolKey{})
+			p.budget, p.quietClose = 3, 3
+			if tt.until != 0 {
+				p.budgetUntil = time.Now().Add(tt.until)
+			}
+			c := &pconn{t: tr}
+			c.s.served, c.s.assigned = 2, 2
+			a := &attempt{r: &request{pipelineable: true}}
+			p.mu.Lock()
+			p.assignLocked(c, a)
+			retired, budget := c.s.retired, p.budget
+			p.mu.Unlock()
+			if retired != tt.wantRetired || budget != tt.wantBudget {
+				t.Errorf("after the third assignment: retired %v, budget %d; want %v, %d", retired, budget, tt.wantRetired, tt.wantBudget)
+			}
+		})
+	}
+}

@@ -232,6 +232,9 @@ type attempt struct {
 	// the reader before it tells the pool, which clears the connection's
 	// streaming mark with a's answer only.
 	streamed bool
+	// noBody: its response had no body by rule (RFC 9112 §6.3: HEAD, 1xx,
+	// 204, 304), set by the reader before it reports the response done.
+	noBody bool
 	// place is its response's place on the connection (1: the first), set
 	// by the reader with headersRead, before it reports the headers: what
 	// the pool learns from a head counts from it, not from the responses

@@ -240,13 +240,14 @@ func TestTraceConnPairsBalanced(t *testing.T) {
 // it does through net/http, and the pool learns to give each connection no
 // more than n requests. With n = 1 (hypercorn 0.13, tinyproxy) the close
 // comes right after the answer, before or after the next request is
-// written on the idle connection.
+// written on the idle connection. Closes on pipelined requests put the
+// host at depth 1 (quietClosed), where the count is learned.
 func TestUnannouncedCloseBudget(t *testing.T) {
 	for _, n := range []int{4, 1} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			verifyNoLeaks(t)
 			srv := newRawServer(t, serveEchoN(n))
-			tr := newTestTransport(t, TransportOptions{PipelineConnsPerHost: 2, PipelineDepth: 8})
+			tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 2, PipelineDepth: 8})
 			getEchoes(t, tr, srv, 1) // the host has answered: the burst is pipelined
 			getEchoes(t, tr, srv, 300)
 			p := tr.pools[poolKey{scheme: "http", addr: srv.addr}]
@@ -268,6 +269,90 @@ func TestUnannouncedCloseBudget(t *testing.T) {
 	}
 }
 
+// TestCloseNotBudget: closes that are not a count of requests per
+// connection teach no budget, and the host's connections go on carrying
+// many requests each. uWSGI's --http11-socket answers the first of two
+// requests that came in one read and closes (after however many answers
+// went before: two in a row may match); waitress closes, without notice,
+// after a HEAD whose application wrote no body.
+func TestCloseNotBudget(t *testing.T) {
+	tests := []struct {
+		name   string
+		handle func(net.Conn, *bufio.Reader)
+		heads  bool // every tenth request is a HEAD
+	}{
+		{"closes on a pipelined request", func(c net.Conn, br *bufio.Reader) {
+			for {
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				p := req.URL.Path
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(p), p)
+				if br.Buffered() > 0 {
+					return
+				}
+			}
+		}, false},
+		{"closes after a HEAD", func(c net.Conn, br *bufio.Reader) {
+			for {
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				p := req.URL.Path
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", len(p))
+				if req.Method == http.MethodHead {
+					return
+				}
+				io.WriteString(c, p)
+			}
+		}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			verifyNoLeaks(t)
+			srv := newRawServer(t, tt.handle)
+			tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 4, PipelineDepth: 8})
+			getEchoes(t, tr, srv, 1)
+			const n = 600
+			var wg sync.WaitGroup
+			var next atomic.Int32
+			for range 16 {
+				wg.Go(func() {
+					for i := int(next.Add(1)); i <= n; i = int(next.Add(1)) {
+						method := http.MethodGet
+						if tt.heads && i%10 == 0 {
+							method = http.MethodHead
+						}
+						path := fmt.Sprintf("/%d", i)
+						req, _ := http.NewRequest(method, srv.url(path), nil)
+						resp, err := tr.RoundTrip(req)
+						if err != nil {
+							t.Errorf("%s %s: %v", method, path, err)
+							continue
+						}
+						if got := readBody(t, resp); method == http.MethodGet && got != path {
+							t.Errorf("GET %s: body %q", path, got)
+						}
+					}
+				})
+			}
+			waitOrFail(t, &wg, "requests")
+			p := tr.pools[poolKey{scheme: "http", addr: srv.addr}]
+			p.mu.Lock()
+			budget := p.budget
+			p.mu.Unlock()
+			if budget != 0 {
+				t.Errorf("learned budget = %d, want none", budget)
+			}
+			if d := srv.conns.Load(); d > n/4 {
+				t.Errorf("%d connections for %d requests, want at most %d", d, n, n/4)
+			}
+		})
+	}
+}
+
 // quietClosed(err, unanswered, answered, headIdle, idle) = want.
 func TestQuietClosed(t *testing.T) {
 	eof := io.EOF
@@ -278,14 +363,16 @@ func TestQuietClosed(t *testing.T) {
 		idle                 time.Duration
 		want                 bool
 	}{
-		{err: eof, unanswered: 3, answered: 4, want: true},                    // after n answers
-		{err: eof, unanswered: 3, answered: 4, idle: time.Hour, want: true},   //
-		{err: errIdleClosed, answered: 4, want: false},                        // an idle close: the server's idle timeout
-		{err: errConnClosing, unanswered: 1, answered: 4, want: false},        // announced
-		{err: errIdleClosed, answered: 1, idle: time.Millisecond, want: true}, // closed right after its one answer
-		{err: errIdleClosed, answered: 1, idle: 2 * time.Second, want: false}, // an idle timeout
-		{err: eof, unanswered: 1, answered: 1, headIdle: true, want: true},    // written as the close came
-		{err: eof, unanswered: 2, answered: 1, headIdle: false, want: false},  // pipelined: the depth fallback's
+		{err: eof, unanswered: 1, answered: 4, headIdle: true, want: true},                   // after n answers, written as the close came
+		{err: eof, unanswered: 1, answered: 4, headIdle: true, idle: time.Hour, want: false}, // an idle timeout
+		{err: eof, unanswered: 3, answered: 4, want: false},                                  // pipelined: the depth fallback's (uWSGI)
+		{err: errIdleClosed, answered: 4, idle: time.Millisecond, want: true},                // closed right after its nth answer
+		{err: errIdleClosed, answered: 4, idle: 2 * time.Second, want: false},                // an idle timeout
+		{err: errConnClosing, unanswered: 1, answered: 4, headIdle: true, want: false},       // announced
+		{err: errIdleClosed, answered: 1, idle: time.Millisecond, want: true},                // closed right after its one answer
+		{err: errIdleClosed, answered: 1, idle: 2 * time.Second, want: false},                // an idle timeout
+		{err: eof, unanswered: 1, answered: 1, headIdle: true, want: true},                   // written as the close came
+		{err: eof, unanswered: 2, answered: 1, headIdle: false, want: false},                 // pipelined: the depth fallback's
 		{err: eof, unanswered: 1, answered: 1, headIdle: true, idle: time.Second, want: false},
 		{err: errResponseHeaderTimeout, unanswered: 1, answered: 1, headIdle: true, want: false},
 		{err: errIdleClosed, answered: 0, want: false}, // closed before its first request
