@@ -497,6 +497,16 @@ func (p *hostPool) removed(c *pconn) {
 		if c.s.idleTimer != nil {
 			c.s.idleTimer.Stop()
 		}
+		if len(p.conns) == 0 && p.dialing == 0 && p.answered {
+			// The host's last connection is gone (its idle timeout, or
+			// the server's): the next burst waits for its first answer
+			// as a new pool's does (firstAnswerWait). A pool kept for
+			// what it learned (learnedLocked) would otherwise pipeline a
+			// burst of slow requests at once, as to a host known fast:
+			// Jetty's, after its 30 s idle close, 3-4 times net/http's
+			// time.
+			p.answered, p.graceEnd = false, time.Time{}
+		}
 		p.dispatchLocked()
 	}
 	p.mu.Unlock()

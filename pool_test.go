@@ -532,3 +532,26 @@ func TestQuietBudgetExpires(t *testing.T) {
 		})
 	}
 }
+
+// When a host's last connection goes (an idle timeout), a pool kept for
+// what it learned waits for the next burst's first answer as a new pool
+// does (firstAnswerWait): a burst of slow requests is not pipelined at
+// once as to a host known fast.
+func TestPoolLastConnGoneAwaitsAnswer(t *testing.T) {
+	for _, conns := range []int{1, 2} {
+		tr := NewTransport(TransportOptions{PipelineDepth: 8})
+		p := newHostPool(tr, poolKey{})
+		for range conns {
+			p.conns = append(p.conns, &pconn{t: tr})
+		}
+		p.answered, p.graceEnd = true, time.Now().Add(-time.Minute)
+		p.removed(p.conns[0])
+		p.mu.Lock()
+		got, want := p.awaitsAnswerLocked(), conns == 1
+		p.mu.Unlock()
+		if got != want {
+			t.Errorf("%d connections, one removed: awaits an answer %v, want %v", conns, got, want)
+		}
+		tr.Close()
+	}
+}
