@@ -643,6 +643,7 @@ func TestHedgeHeadOfLine(t *testing.T) {
 					},
 				},
 			})
+			tr.noBurstWait = true // x is pipelined behind the stalled head, not dialed
 			defer tr.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 			defer cancel()

@@ -81,7 +81,13 @@ type hostPool struct {
 	// answer, it dials as to a serial host.
 	answered   bool
 	graceEnd   time.Time   // zero until the first connection is established
-	graceTimer *time.Timer // dispatches the waiters at graceEnd
+	graceTimer *time.Timer // dispatches the waiters at graceEnd, or at a burst's wait's end
+	// A burst (see burstWait): a request was given a connection while
+	// the answered host had nothing in flight, at burstStart, and no
+	// answer has come since. burstTimed: graceTimer is set for its end.
+	burst      bool
+	burstTimed bool
+	burstStart monoTime
 }
 
 // sched is a connection's schedulable state. It belongs to the
@@ -247,6 +253,9 @@ func (p *hostPool) assignLocked(c *pconn, a *attempt) httptrace.GotConnInfo {
 		p.tick++
 		s.headTick = p.tick
 		s.reserved = false
+		if p.answered && !p.burst && !p.t.noBurstWait && p.quietLocked(c) {
+			p.burst, p.burstTimed, p.burstStart = true, false, monoNow()
+		}
 	}
 	if p.budget > 0 && !p.budgetUntil.IsZero() && time.Now().After(p.budgetUntil) {
 		p.budget, p.quietClose, p.budgetUntil = 0, 0, time.Time{}
@@ -374,6 +383,7 @@ func (p *hostPool) gotHeadersLocked(c *pconn, a *attempt, closing bool) {
 			p.graceTimer.Stop()
 		}
 	}
+	p.burst = false
 	if (!a.r.pipelineable || a.alone) && a.writeDone == nil {
 		// RFC 9112 §9.3.2: others may follow once the final status of a
 		// non-idempotent request is known (and, here, its body written).
@@ -760,11 +770,64 @@ func (p *hostPool) startGraceLocked(took time.Duration) {
 	})
 }
 
+// A burst is the first answer's wait again: requests given connections
+// while the host had nothing in flight, after an answer or a pause of any
+// length. Until one of them is answered, a pipelineable request is not
+// written behind another while it could dial: it waits unwritten for an
+// idle connection or for the burst's first answer, and dials if none comes
+// within burstWait of the burst's start. A host answered quickly before
+// may be slow for this burst (a burst of slow GETs to Tomcat or Jetty,
+// which run a connection's requests one at a time, after a quick one: 3-4
+// times net/http's time when pipelined four deep at once). A fast server
+// costs a burst's stacked requests one answer's time.
+func (p *hostPool) burstWaitLocked() time.Duration {
+	return max(2*p.dialTook, firstAnswerWait)
+}
+
+// quietLocked reports whether no connection of p but c has a request in
+// flight.
+func (p *hostPool) quietLocked(c *pconn) bool {
+	for _, o := range p.conns {
+		if o != c && o.s.inflight > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// burstWaitingLocked reports whether a burst waits for its first answer,
+// setting graceTimer for the end of the wait once.
+func (p *hostPool) burstWaitingLocked() bool {
+	if !p.burst {
+		return false
+	}
+	left := p.burstWaitLocked() - time.Duration(monoNow()-p.burstStart)
+	if left <= 0 {
+		return false
+	}
+	if !p.burstTimed {
+		p.burstTimed = true
+		if p.graceTimer == nil {
+			p.graceTimer = time.AfterFunc(left, func() {
+				p.mu.Lock()
+				p.dispatchLocked()
+				p.mu.Unlock()
+			})
+		} else {
+			p.graceTimer.Reset(left)
+		}
+	}
+	return true
+}
+
 // awaitsAnswerLocked reports whether the host has not answered yet and the
-// wait for its first answer is not over: a request must not be pipelined
-// while it could dial.
+// wait for its first answer is not over, or a burst waits for its first
+// answer: a request must not be pipelined while it could dial.
 func (p *hostPool) awaitsAnswerLocked() bool {
-	return !p.answered && (p.graceEnd.IsZero() || time.Now().Before(p.graceEnd))
+	if !p.answered {
+		return p.graceEnd.IsZero() || time.Now().Before(p.graceEnd)
+	}
+	return p.burstWaitingLocked()
 }
 
 // gainsLocked reports whether the host gains from pipelining, so that
@@ -774,6 +837,9 @@ func (p *hostPool) awaitsAnswerLocked() bool {
 func (p *hostPool) gainsLocked() bool {
 	if !p.answered && !p.graceEnd.IsZero() && !time.Now().Before(p.graceEnd) {
 		return false
+	}
+	if p.burst && time.Duration(monoNow()-p.burstStart) >= p.burstWaitLocked() {
+		return false // the burst had no answer within its wait
 	}
 	if p.serialUntil.IsZero() || p.serialGap < serialDialGap {
 		return true

@@ -39,6 +39,7 @@ func TestTimerHeadOfLine(t *testing.T) {
 			}
 		}}
 		tr := NewTransport(TransportOptions{DialContext: srv.dial, MaxConnsPerHost: 2, PipelineConnsPerHost: 1, PipelineDepth: 4, HeadOfLineTimeout: time.Second})
+		tr.noBurstWait = true // /behind is pipelined behind /slow, not dialed
 		defer tr.Close()
 		if got := <-memGet(tr, "/first"); got != "/first" { // the host has answered: requests may be pipelined
 			t.Fatalf("/first = %q", got)
@@ -105,6 +106,49 @@ func TestTimerFirstAnswer(t *testing.T) {
 				synctest.Wait() // a dial started for the burst has reached the server
 				if got := srv.dials.Load(); got < tt.minDials || got > tt.maxDials {
 					t.Errorf("dials = %d, want %d to %d", got, tt.minDials, tt.maxDials)
+				}
+			})
+		})
+	}
+}
+
+// A burst to a host that has answered before, once nothing is in flight,
+// waits for its own first answer as a new host's does (burstWaitLocked): a
+// host answered quickly may be slow for this burst, and a serial one
+// (Tomcat, Jetty) would run a burst pipelined at once several deep. With
+// no answer within the wait the burst dials, as net/http would.
+func TestTimerBurstAnswer(t *testing.T) {
+	tests := []struct {
+		service  time.Duration // per request, one at a time per connection
+		minConns int32
+		maxConns int32
+		wantMax  time.Duration // the burst's last answer, at the latest
+	}{
+		{0, 1, 2, firstAnswerWait},
+		{300 * time.Millisecond, 6, 6, 300*time.Millisecond + firstAnswerWait}, // pipelined at once: 900 ms on 2
+	}
+	for _, tt := range tests {
+		t.Run(tt.service.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := &memServer{handle: memServeSerial(func(path string) time.Duration {
+					if path == "/warm" {
+						return 0
+					}
+					return tt.service
+				})}
+				tr := NewTransport(TransportOptions{DialContext: srv.dial, PipelineConnsPerHost: 2, PipelineDepth: 4})
+				defer tr.Close()
+				if got := <-memGet(tr, "/warm"); got != "/warm" {
+					t.Fatalf("/warm = %q", got)
+				}
+				synctest.Wait() // the connection is idle again
+				took := memBurst(t, tr, 6)
+				if took > tt.wantMax {
+					t.Errorf("burst answered in %v, want at most %v", took, tt.wantMax)
+				}
+				synctest.Wait()
+				if got := srv.dials.Load(); got < tt.minConns || got > tt.maxConns {
+					t.Errorf("connections = %d, want %d to %d", got, tt.minConns, tt.maxConns)
 				}
 			})
 		})

@@ -283,6 +283,10 @@ type Transport struct {
 	// it again (direct.go); 0: the constant restWatch. Tests lengthen it,
 	// before the first request, to hold a connection at rest.
 	restWatch time.Duration
+	// noBurstWait turns the burst's wait for its first answer off
+	// (pool.go, burstWaitLocked): tests that stack requests behind a
+	// stalled head on a host that has answered set it.
+	noBurstWait bool
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
