@@ -42,9 +42,9 @@ type poolKey struct {
 // followed by " via scheme://proxyhost:port" for proxied pools, or " via
 // scheme://user@proxyhost:port" if the proxy URL has a user name; the pool
 // of http:// targets through an HTTP(S) proxy, which every such target
-// shares, is "http://* via ...". It never contains a password. The pool of an https target kept for requests that
-// need HTTP/1.1 while the Transport offers h2 (CONNECT, Upgrade) ends with
-// " (HTTP/1.1 only)".
+// shares, is "http://* via ...". It never contains a password. The pool of
+// an https target kept for requests that need HTTP/1.1 while the Transport
+// offers h2 (CONNECT, Upgrade) ends with " (HTTP/1.1 only)".
 func (k poolKey) String() string {
 	s := k.scheme + "://" + k.addr
 	if k.addr == "" {

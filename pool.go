@@ -515,7 +515,7 @@ func (p *hostPool) removed(c *pconn) {
 			// burst of slow requests at once, as to a host known fast:
 			// Jetty's, after its 30 s idle close, 3-4 times net/http's
 			// time.
-			p.answered, p.graceEnd = false, time.Time{}
+			p.answered, p.graceEnd, p.burst = false, time.Time{}, false
 		}
 		p.dispatchLocked()
 	}

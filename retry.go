@@ -96,7 +96,7 @@ func (p *hostPool) roundTrip(req *http.Request) (*http.Response, error) {
 		from, sent = u, u.req
 	}
 	for changes := 0; ; changes++ {
-		resp, err, back := p.roundTripH1(req, sent, from, changes)
+		resp, back, err := p.roundTripH1(req, sent, from, changes)
 		if back == nil {
 			return resp, err
 		}
@@ -115,7 +115,7 @@ const maxProtocolChanges = 8
 // back to HTTP/1.1 before the request had a stream, and the request has
 // not met maxProtocolChanges changes yet, it returns the useH1 to go round
 // again with, and no outcome.
-func (p *hostPool) roundTripH1(req, sent *http.Request, from *useH1, changes int) (*http.Response, error, *useH1) {
+func (p *hostPool) roundTripH1(req, sent *http.Request, from *useH1, changes int) (*http.Response, *useH1, error) {
 	r := newRequest(p.t, sent, p.key)
 	if p.key.forwardProxy() {
 		// An http:// target through an HTTP(S) proxy: RFC 9112 §3.2.2
@@ -151,7 +151,7 @@ func (p *hostPool) roundTripH1(req, sent *http.Request, from *useH1, changes int
 				if endLegacy != nil {
 					endLegacy()
 				}
-				return nil, nil, back
+				return nil, back, nil
 			}
 			closeBody(back.req)
 			err = fmt.Errorf("pipelined: %s changed protocol too often while a request waited: %w", p.key.addr, errUseH1)
@@ -170,7 +170,7 @@ func (p *hostPool) roundTripH1(req, sent *http.Request, from *useH1, changes int
 	if o != nil && o.RequestDone != nil && r.obs.last != nil && !redirected {
 		observeDone(o, r, resp, err)
 	}
-	return resp, err, nil
+	return resp, nil, err
 }
 
 // observeDone reports RequestDone. It is kept out of roundTrip so that
