@@ -78,9 +78,14 @@ func TestTimerHeadOfLine(t *testing.T) {
 // it pipelined over PipelineConnsPerHost connections after its first
 // answer; one whose answers take long gets a connection per request once
 // firstAnswerWait has passed, and answers the burst in one service time
-// (plus that wait), as net/http would, not in three.
+// (plus that wait), as net/http would, not in three. So does a burst to a
+// host that answered a quick request before, once nothing is in flight
+// (warm; burstWaitLocked): a host answered quickly may be slow for this
+// burst, and a serial one (Tomcat, Jetty) would run it pipelined at once
+// several deep (900 ms on 2 connections for the 300 ms row).
 func TestTimerFirstAnswer(t *testing.T) {
 	tests := []struct {
+		warm     bool          // a quick request answered before the burst
 		service  time.Duration // per request, one at a time per connection
 		minDials int32
 		maxDials int32
@@ -89,46 +94,14 @@ func TestTimerFirstAnswer(t *testing.T) {
 		// Answers at once: the burst's callers may start one after another
 		// answer (seen with -cpu 4 under -race), each finding the first
 		// connection idle, and then one dial is right too.
-		{0, 1, 2, firstAnswerWait},
-		{time.Millisecond, 2, 2, 4 * time.Millisecond}, // 3 per connection, give or take one
-		{300 * time.Millisecond, 6, 6, 300*time.Millisecond + firstAnswerWait},
+		{false, 0, 1, 2, firstAnswerWait},
+		{false, time.Millisecond, 2, 2, 4 * time.Millisecond}, // 3 per connection, give or take one
+		{false, 300 * time.Millisecond, 6, 6, 300*time.Millisecond + firstAnswerWait},
+		{true, 0, 1, 2, firstAnswerWait},
+		{true, 300 * time.Millisecond, 6, 6, 300*time.Millisecond + firstAnswerWait},
 	}
 	for _, tt := range tests {
-		t.Run(tt.service.String(), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				srv := &memServer{handle: memServeSerial(func(string) time.Duration { return tt.service })}
-				tr := NewTransport(TransportOptions{DialContext: srv.dial, PipelineConnsPerHost: 2, PipelineDepth: 4})
-				defer tr.Close()
-				took := memBurst(t, tr, 6)
-				if took > tt.wantMax {
-					t.Errorf("burst answered in %v, want at most %v", took, tt.wantMax)
-				}
-				synctest.Wait() // a dial started for the burst has reached the server
-				if got := srv.dials.Load(); got < tt.minDials || got > tt.maxDials {
-					t.Errorf("dials = %d, want %d to %d", got, tt.minDials, tt.maxDials)
-				}
-			})
-		})
-	}
-}
-
-// A burst to a host that has answered before, once nothing is in flight,
-// waits for its own first answer as a new host's does (burstWaitLocked): a
-// host answered quickly may be slow for this burst, and a serial one
-// (Tomcat, Jetty) would run a burst pipelined at once several deep. With
-// no answer within the wait the burst dials, as net/http would.
-func TestTimerBurstAnswer(t *testing.T) {
-	tests := []struct {
-		service  time.Duration // per request, one at a time per connection
-		minConns int32
-		maxConns int32
-		wantMax  time.Duration // the burst's last answer, at the latest
-	}{
-		{0, 1, 2, firstAnswerWait},
-		{300 * time.Millisecond, 6, 6, 300*time.Millisecond + firstAnswerWait}, // pipelined at once: 900 ms on 2
-	}
-	for _, tt := range tests {
-		t.Run(tt.service.String(), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%v warm %v", tt.service, tt.warm), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				srv := &memServer{handle: memServeSerial(func(path string) time.Duration {
 					if path == "/warm" {
@@ -138,17 +111,19 @@ func TestTimerBurstAnswer(t *testing.T) {
 				})}
 				tr := NewTransport(TransportOptions{DialContext: srv.dial, PipelineConnsPerHost: 2, PipelineDepth: 4})
 				defer tr.Close()
-				if got := <-memGet(tr, "/warm"); got != "/warm" {
-					t.Fatalf("/warm = %q", got)
+				if tt.warm {
+					if got := <-memGet(tr, "/warm"); got != "/warm" {
+						t.Fatalf("/warm = %q", got)
+					}
+					synctest.Wait() // the connection is idle again
 				}
-				synctest.Wait() // the connection is idle again
 				took := memBurst(t, tr, 6)
 				if took > tt.wantMax {
 					t.Errorf("burst answered in %v, want at most %v", took, tt.wantMax)
 				}
-				synctest.Wait()
-				if got := srv.dials.Load(); got < tt.minConns || got > tt.maxConns {
-					t.Errorf("connections = %d, want %d to %d", got, tt.minConns, tt.maxConns)
+				synctest.Wait() // a dial started for the burst has reached the server
+				if got := srv.dials.Load(); got < tt.minDials || got > tt.maxDials {
+					t.Errorf("dials = %d, want %d to %d", got, tt.minDials, tt.maxDials)
 				}
 			})
 		})
