@@ -763,6 +763,17 @@ func (p *hostPool) startGraceLocked(took time.Duration) {
 	}
 	d := max(2*took, firstAnswerWait)
 	p.graceEnd = time.Now().Add(d)
+	p.armGraceLocked(d)
+}
+
+// armGraceLocked sets graceTimer to dispatch the waiters in d: at the end
+// of the wait for the host's first answer, or for a burst's. One timer
+// serves both, so that Close stops whichever is pending.
+func (p *hostPool) armGraceLocked(d time.Duration) {
+	if p.graceTimer != nil {
+		p.graceTimer.Reset(d)
+		return
+	}
 	p.graceTimer = time.AfterFunc(d, func() {
 		p.mu.Lock()
 		p.dispatchLocked()
@@ -807,15 +818,7 @@ func (p *hostPool) burstWaitingLocked() bool {
 	}
 	if !p.burstTimed {
 		p.burstTimed = true
-		if p.graceTimer == nil {
-			p.graceTimer = time.AfterFunc(left, func() {
-				p.mu.Lock()
-				p.dispatchLocked()
-				p.mu.Unlock()
-			})
-		} else {
-			p.graceTimer.Reset(left)
-		}
+		p.armGraceLocked(left)
 	}
 	return true
 }
