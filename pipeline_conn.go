@@ -294,8 +294,9 @@ func (r *netReader) Read(p []byte) (int, error) {
 // lock; a connection calls them holding none of its own.
 type connEvents interface {
 	// gotHeaders: a's final response head arrived and its body is being
-	// read; closing: the connection ends after it.
-	gotHeaders(c *pconn, a *attempt, closing bool)
+	// read; closing: the connection ends after it; bounded: the body is
+	// of a known length that is read whole (not a stream in the making).
+	gotHeaders(c *pconn, a *attempt, closing, bounded bool)
 	// responseDone: a's response was read in full (with its headers, if
 	// headers is true). It returns why the connection is closed after it,
 	// or nil if the connection is kept.
@@ -914,7 +915,6 @@ func (c *pconn) readBody(a *attempt, resp *http.Response, f framing, closing, di
 		c.mu.Unlock()
 		return errHandOver
 	}
-	c.ev.gotHeaders(c, a, closing)
 	var (
 		src io.Reader = c.br
 		lr  *io.LimitedReader
@@ -940,6 +940,7 @@ func (c *pconn) readBody(a *attempt, resp *http.Response, f framing, closing, di
 		cr = newChunkedReader(c.br, c.t.opts.MaxResponseHeaderBytes)
 		src = cr
 	}
+	c.ev.gotHeaders(c, a, closing, !open)
 	b := newBody(a.r.ctx, resp, getBodyBuf(size))
 	resp.Body = b
 	if !a.deliver(result{resp: resp}) {

@@ -135,7 +135,8 @@ func (s *sched) canPipeline(depth int) bool {
 // dialHandle is a dial in progress, guarded by hostPool.mu.
 type dialHandle struct {
 	cancel    context.CancelFunc
-	abandoned bool // cancelled by CloseIdleConnections
+	abandoned bool     // cancelled by CloseIdleConnections
+	start     monoTime // when the dial started (dialSoonLocked)
 }
 
 func newHostPool(t *Transport, key poolKey) *hostPool {
@@ -161,7 +162,7 @@ func (p *hostPool) startDialLocked(reqCtx context.Context) {
 	p.dialing++
 	t := p.t
 	ctx, cancel := context.WithCancel(context.WithoutCancel(reqCtx))
-	d := &dialHandle{cancel: cancel}
+	d := &dialHandle{cancel: cancel, start: monoNow()}
 	if p.dials == nil {
 		p.dials = make(map[*dialHandle]struct{})
 	}
@@ -368,15 +369,28 @@ func quietClosed(err error, unanswered, answered int, headIdle bool, idle time.D
 
 // The connEvents of a hostPool.
 
-func (p *hostPool) gotHeaders(c *pconn, a *attempt, closing bool) {
+func (p *hostPool) gotHeaders(c *pconn, a *attempt, closing, bounded bool) {
 	p.mu.Lock()
+	if bounded {
+		p.answerLocked()
+	} else {
+		a.answerAtEnd = true
+	}
 	p.gotHeadersLocked(c, a, closing)
 	p.dispatchLocked()
 	p.mu.Unlock()
 }
 
-func (p *hostPool) gotHeadersLocked(c *pconn, a *attempt, closing bool) {
-	s := &c.s
+// answerLocked records an answer of the host: the end of the wait for its
+// first answer, or for a burst's (firstAnswerWait, burstWaitLocked). A
+// head whose body is chunked, of unknown length or long counts only once
+// that body has ended: its connection is taken until then, and a stream
+// does so for as long as it runs. Counted at its head, it let the
+// requests of a burst of streams, waiting for an answer while they could
+// dial, be pipelined behind the streams of the first connections (16
+// streams at once: a second wave after the first, where net/http dials 16
+// connections).
+func (p *hostPool) answerLocked() {
 	if !p.answered {
 		p.answered = true
 		if p.graceTimer != nil {
@@ -384,6 +398,13 @@ func (p *hostPool) gotHeadersLocked(c *pconn, a *attempt, closing bool) {
 		}
 	}
 	p.burst = false
+}
+
+// gotHeadersLocked records what a's response head tells about c and its
+// host; the caller has counted the answer (answerLocked) or will at the
+// body's end.
+func (p *hostPool) gotHeadersLocked(c *pconn, a *attempt, closing bool) {
+	s := &c.s
 	if (!a.r.pipelineable || a.alone) && a.writeDone == nil {
 		// RFC 9112 §9.3.2: others may follow once the final status of a
 		// non-idempotent request is known (and, here, its body written).
@@ -416,6 +437,9 @@ func (p *hostPool) gotHeadersLocked(c *pconn, a *attempt, closing bool) {
 func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers bool) error {
 	var put error
 	p.mu.Lock()
+	if headers || a.answerAtEnd {
+		p.answerLocked()
+	}
 	if headers {
 		p.gotHeadersLocked(c, a, closing)
 	}

@@ -232,6 +232,10 @@ type attempt struct {
 	// the reader before it tells the pool, which clears the connection's
 	// streaming mark with a's answer only.
 	streamed bool
+	// answerAtEnd: its response's head did not count as the host's answer
+	// (its body was not of a known, buffered length): its end does
+	// (hostPool.answerLocked). Set by the pool under its lock.
+	answerAtEnd bool
 	// noBody: its response had no body by rule (RFC 9112 §6.3: HEAD, 1xx,
 	// 204, 304), set by the reader before it reports the response done.
 	noBody bool

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http/httptrace"
 	"slices"
+	"time"
 )
 
 // This file is the choice of a connection for a request and the queue of
@@ -142,7 +143,7 @@ func (p *hostPool) place(a *attempt) (*pconn, httptrace.GotConnInfo, error) {
 	if p.waiters.len() == 0 {
 		c := p.policy.idle(p.conns, !a.r.replayable)
 		if c == nil && p.pipelineable(a) && p.mayStackLocked(p.gainsLocked()) {
-			c = p.policy.pipeline(p.conns, p.depthLocked())
+			c = p.stackOnLocked(p.depthLocked())
 		}
 		if c != nil {
 			info := p.assignLocked(c, a)
@@ -232,6 +233,38 @@ func (p *hostPool) mayStackLocked(held bool) bool {
 	return !p.awaitsAnswerLocked() || !p.canDialLocked(false)
 }
 
+// stackOnLocked returns the busy connection a pipelineable request is
+// written on, behind others (policy.pipeline), or nil. While a connection
+// being dialed should be up soon (dialSoonLocked), a request that would be
+// third or deeper on an open one waits for it instead: that connection
+// will carry the request it was dialed for and then this one second. 8
+// streams started at once on 4 connections being dialed were otherwise
+// stacked 4 deep on the first one up (the last first chunk after three
+// streams' time, against net/http's one).
+func (p *hostPool) stackOnLocked(depth int) *pconn {
+	c := p.policy.pipeline(p.conns, depth)
+	if c != nil && c.s.inflight >= 2 && p.dialing > 0 && p.dialSoonLocked() {
+		return nil
+	}
+	return c
+}
+
+// dialSoonLocked reports whether a dial in progress started less than
+// twice the host's dial time ago (firstAnswerWait at least): one that
+// hangs holds nobody back for longer. A request it held back is placed
+// at the next dispatch (an answer, a dial's end): what it would have
+// waited behind meanwhile holds its connection.
+func (p *hostPool) dialSoonLocked() bool {
+	soon := max(2*p.dialTook, firstAnswerWait)
+	now := monoNow()
+	for d := range p.dials {
+		if time.Duration(now-d.start) < soon {
+			return true
+		}
+	}
+	return false
+}
+
 // dispatchLocked hands connections to waiters in FIFO order: an idle
 // connection to anyone; otherwise the first p.dialing waiters wait for those
 // dials (or for a connection that becomes idle first); a further waiter
@@ -270,7 +303,7 @@ func (p *hostPool) dispatchLocked() {
 			}
 		}
 		if c == nil && pipe && !noPipe && covered == 0 && p.mayStackLocked(held) {
-			c = p.policy.pipeline(p.conns, depth)
+			c = p.stackOnLocked(depth)
 			noPipe = c == nil
 		}
 		if c != nil {

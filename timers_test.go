@@ -2,6 +2,7 @@ package pipelined
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -124,6 +125,97 @@ func TestTimerFirstAnswer(t *testing.T) {
 				synctest.Wait() // a dial started for the burst has reached the server
 				if got := srv.dials.Load(); got < tt.minDials || got > tt.maxDials {
 					t.Errorf("dials = %d, want %d to %d", got, tt.minDials, tt.maxDials)
+				}
+			})
+		})
+	}
+}
+
+// TestTimerStreamBurst sends streams at once: chunked answers whose first
+// chunk comes at once and whose end comes 900 ms later, from a server
+// that runs a connection's requests one at a time. Each caller must get
+// its first chunk as early as with net/http: at once when it may dial
+// (the head of a stream is not the answer that lets the rest of a burst
+// be pipelined: answerLocked), after one stream when MaxConnsPerHost
+// allows half of them (none pipelined three deep on the first connection
+// up while the others were being dialed: stackOnLocked). Before, the
+// last first chunk came one stream later (first row) and two (third).
+func TestTimerStreamBurst(t *testing.T) {
+	const stream = 900 * time.Millisecond
+	tests := []struct {
+		warm      bool // a quick request answered before the burst
+		maxConns  int
+		pipeConns int  // PipelineConnsPerHost
+		slowDials bool // the first dial takes 3 ms, the others 4
+		wantFirst time.Duration
+	}{
+		{false, 0, 2, false, 2 * firstAnswerWait},
+		{true, 0, 2, false, 2 * firstAnswerWait},
+		// All four dialed at once (the threshold is MaxConnsPerHost), the
+		// first up before the others.
+		{false, 4, 0, true, stream + 10*time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("warm %v max %d", tt.warm, tt.maxConns), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := &memServer{handle: func(_ int, c net.Conn, br *bufio.Reader) {
+					for {
+						req, err := http.ReadRequest(br)
+						if err != nil {
+							return
+						}
+						if req.URL.Path != "/stream" {
+							answer(c, req)
+							continue
+						}
+						io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+						time.Sleep(stream)
+						io.WriteString(c, "0\r\n\r\n")
+					}
+				}}
+				dial := srv.dial
+				if tt.slowDials {
+					dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+						d := 3 * time.Millisecond
+						if srv.dials.Load() > 0 {
+							d = 4 * time.Millisecond
+						}
+						time.Sleep(d)
+						return srv.dial(ctx, network, addr)
+					}
+				}
+				tr := NewTransport(TransportOptions{DialContext: dial, MaxConnsPerHost: tt.maxConns, PipelineConnsPerHost: tt.pipeConns, PipelineDepth: 4})
+				defer tr.Close()
+				if tt.warm {
+					if got := <-memGet(tr, "/warm"); got != "/warm" {
+						t.Fatalf("/warm = %q", got)
+					}
+					synctest.Wait()
+				}
+				start := time.Now()
+				var wg sync.WaitGroup
+				firsts := make([]time.Duration, 8)
+				for i := range firsts {
+					wg.Go(func() {
+						req, _ := http.NewRequest(http.MethodGet, "http://mem.test/stream", nil)
+						resp, err := tr.RoundTrip(req)
+						if err != nil {
+							t.Errorf("stream %d: %v", i, err)
+							return
+						}
+						defer resp.Body.Close()
+						if _, err := io.ReadFull(resp.Body, make([]byte, 5)); err != nil {
+							t.Errorf("stream %d: %v", i, err)
+						}
+						firsts[i] = time.Since(start)
+						io.Copy(io.Discard, resp.Body)
+					})
+				}
+				wg.Wait()
+				for i, got := range firsts {
+					if got > tt.wantFirst {
+						t.Errorf("stream %d: first chunk after %v, want at most %v", i, got, tt.wantFirst)
+					}
 				}
 			})
 		})
