@@ -378,8 +378,9 @@ func serialDepth(depth int, dial, gap time.Duration) int {
 // in flight (headIdle) or pipelined, and late (headSlow) or not. Failures with more than one request
 // outstanding, or whose oldest was pipelined (those behind it may have
 // been re-sent from behind it already), count towards the depth fallback:
-// three within pipelineFailureWindow; or the first one while the host has
-// answered no pipelined request since its last fallback (pipeAnswered), or
+// three within pipelineFailureWindow; or the first one while the host is
+// not proven to handle pipelining since its last fallback (pipeProven;
+// scheduler.go, probeLocked), or
 // whose oldest request, pipelined, had waited past the head-of-line
 // timeout (headSlow). A server that drops what is pipelined (gunicorn's
 // gthread worker leaves the requests that came in the same read as the
@@ -396,8 +397,8 @@ func (p *hostPool) notePipelineFailure(err error, unanswered int, headIdle, head
 	if now.Before(p.fallbackUntil) {
 		return // pipelined before the fallback began
 	}
-	if !p.pipeAnswered || !headIdle && headSlow {
-		// Never answered a pipelined request; or left one unanswered
+	if !p.pipeProven || !headIdle && headSlow {
+		// Not proven to handle pipelining; or left a request unanswered
 		// past the head-of-line timeout and then closed: it dropped
 		// it (gthread), for no server closes on a request it runs.
 		p.fallBackLocked(now)
@@ -434,15 +435,8 @@ func (p *hostPool) fallBackLocked(now time.Time) {
 	}
 	p.fallbackUntil = now.Add(fallbackFor(p.fallbacks))
 	p.fallbacks++
-	p.pipeAnswered = false
+	p.pipeProven = false
 	p.pipeFailures = p.pipeFailures[:0]
-}
-
-// notePipelinedAnswerLocked records that a request written behind another
-// was answered: the host handles pipelining, at least at times. p.mu is
-// held.
-func (p *hostPool) notePipelinedAnswerLocked() {
-	p.pipeAnswered = true
 }
 
 // isPipelineFailure reports whether a connection that failed with err

@@ -50,6 +50,10 @@ type pconn struct {
 	writeLock      chan struct{} // capacity 1: a token held = bw owned
 	pendingWriters atomic.Int32  // writers waiting for writeLock; the last one flushes
 	wdMu           sync.Mutex    // serialises write-deadline changes on cancellation
+	// placed mirrors the pool's count of requests placed on c and not yet
+	// answered (sched.inflight), stored under hostPool.mu: more than fifo
+	// holds means a writer is on its way (pipelining).
+	placed atomic.Int32
 
 	mu       sync.Mutex // guards the fields below up to closeOnce
 	fifo     []*attempt // attempts written and not fully answered, in wire order; nr.pipelined follows it (notePipelinedLocked)
@@ -131,8 +135,8 @@ type pconn struct {
 // and then takes mu (written).
 type wireCounter struct {
 	conn net.Conn
-	mu   sync.Mutex // held during conn.Write; a leaf
-	n    int64      // guarded by mu
+	mu   sync.Mutex   // held during conn.Write; a leaf
+	n    atomic.Int64 // bytes written; stored under mu, loaded without it
 	// hold, guarded by mu, keeps what bw writes in held instead of
 	// writing it, until release (pconn.writeHeld): a request larger than
 	// bw reaches the socket only once the socket has been looked at.
@@ -151,7 +155,7 @@ func (w *wireCounter) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	n, err := w.conn.Write(p)
-	w.n += int64(n)
+	w.n.Add(int64(n))
 	if w.unacked.Load() {
 		w.unacked.Store(false)
 	}
@@ -202,18 +206,14 @@ func (w *wireCounter) release(write bool) error {
 	if w.unacked.Load() {
 		w.unacked.Store(false)
 	}
-	w.n += int64(n)
+	w.n.Add(int64(n))
 	return err
 }
 
 // written returns the bytes handed to the connection so far. The writer
 // holding the write token may call it; anyone else must have closed the
 // connection first, so that no Write is left to wait for.
-func (w *wireCounter) written() int64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.n
-}
+func (w *wireCounter) written() int64 { return w.n.Load() }
 
 // netReader is the connection as br sees it. onRead, if set, runs once
 // before the next read from the network; only the holder of the read turn
@@ -235,6 +235,13 @@ type netReader struct {
 	// the kernel may be holding their acknowledgement back; a write
 	// (wireCounter) clears it.
 	unacked atomic.Bool
+	// wrote is the connection's wireCounter.n; seenWrote, what it held
+	// when the last read from the network returned bytes: what had been
+	// written before the bytes being parsed came (an answer that counts
+	// as a pipelining proof, attempt.proves). Only the goroutine that
+	// holds the read turn touches seenWrote.
+	wrote     *atomic.Int64
+	seenWrote int64
 }
 
 // ackStall is how long a read waits, with answers still due, before the
@@ -261,6 +268,14 @@ func (c *pconn) notePipelinedLocked() {
 }
 
 func (r *netReader) Read(p []byte) (int, error) {
+	n, err := r.read(p)
+	if n > 0 && r.wrote != nil {
+		r.seenWrote = r.wrote.Load()
+	}
+	return n, err
+}
+
+func (r *netReader) read(p []byte) (int, error) {
 	if f := r.onRead; f != nil {
 		r.onRead = nil
 		f()
@@ -338,6 +353,7 @@ func newPconn(t *Transport, ev connEvents, conn net.Conn, state *tls.ConnectionS
 	c.br = bufio.NewReaderSize(&c.nr, o.ReadBufferSize)
 	c.wc.conn = conn
 	c.wc.unacked = &c.nr.unacked
+	c.nr.wrote = &c.wc.n
 	c.bw = bufio.NewWriterSize(&c.wc, o.WriteBufferSize)
 	if c.peek = newPeeker(conn); c.peek != nil {
 		c.peek.write = c.flushHeld
@@ -439,6 +455,9 @@ func (c *pconn) send(a *attempt) error {
 	a.wireOff = c.wc.written() + int64(c.bw.Buffered())
 	a.reused = c.answered > 0 || len(c.fifo) > 0
 	a.behind = len(c.fifo) > 0
+	// Written together with the request ahead: its bytes wait in bw, to go
+	// out in the same write (the writer holds the token: bw is still).
+	a.together = a.behind && c.bw.Buffered() > 0
 	if a.behind {
 		c.recentBehind = 32
 	} else if c.recentBehind > 0 {
@@ -528,6 +547,9 @@ func (c *pconn) write(a *attempt, body io.ReadCloser) {
 		tunnel, body = body, nil
 	}
 	werr := writeRequest(c.bw, &c.lw, r, body, c.waitForContinue(a))
+	if a.together {
+		a.wireEnd.Store(c.wc.written() + int64(c.bw.Buffered()))
+	}
 	if t := r.trace; t != nil && t.WroteRequest != nil {
 		// As net/http: once written to the buffer, before the flush, so
 		// that it always precedes GotFirstResponseByte.
@@ -629,12 +651,14 @@ func (c *pconn) flushSoon() error {
 }
 
 // pipelining reports whether requests share c at the moment, or did among
-// the last few written: then callers woken by the responses just read are
-// likely to write on c in a moment, and a flush should wait for them.
+// the last few written, or one was placed behind the writer's and is on
+// its way: then callers woken by the responses just read, or given a
+// place, are likely to write on c in a moment, and a flush should wait
+// for them.
 func (c *pconn) pipelining() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.fifo) > 1 || c.recentBehind > 0
+	return len(c.fifo) > 1 || c.recentBehind > 0 || int(c.placed.Load()) > len(c.fifo)
 }
 
 // flushLeftovers flushes requests that a writer left buffered expecting a
@@ -831,6 +855,12 @@ func (c *pconn) readOne(a *attempt, peekErr error, direct bool) error {
 	c.mu.Lock()
 	a.headersRead = true
 	a.place = c.answered + 1
+	// RFC 9112 §9.3.2: a server answers pipelined requests in the order
+	// received. gunicorn's gthread worker reads one sent with the request
+	// ahead and then leaves it, unanswered until more bytes come: an answer
+	// to a request sent together with the one ahead, before anything sent
+	// after it, is one such a server does not give (probeLocked).
+	a.proves = a.together && c.nr.seenWrote <= a.wireEnd.Load()
 	behind, sentAt := a.behind, a.sentAt
 	c.mu.Unlock()
 	if behind && sentAt != 0 && c.prevEnd != 0 {

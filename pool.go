@@ -25,8 +25,12 @@ type hostPool struct {
 	name string // key.String(), as Stats and the Observer name the pool
 
 	mu      sync.Mutex
-	conns   []*pconn  // established and not removed (busy, idle or retired)
-	dialing int       // dials in progress
+	conns   []*pconn // established and not removed (busy, idle or retired)
+	dialing int      // dials in progress
+	// ending counts connections removed (removed) whose end is not
+	// reported yet (ended): what it teaches (a depth fallback, a budget)
+	// must not go with a pool forgotten meanwhile.
+	ending  int
 	waiters waitQueue // FIFO of requests waiting for a connection
 	closed  bool
 	gone    bool                     // removed from Transport.pools: requests must get a new pool
@@ -53,8 +57,16 @@ type hostPool struct {
 	// failures, and until when the host's effective depth is 1.
 	pipeFailures  []time.Time
 	fallbackUntil time.Time
-	fallbacks     int  // depth fallbacks in a row (fallBackLocked)
-	pipeAnswered  bool // a pipelined request was answered since the last fallback
+	fallbacks     int // depth fallbacks in a row (fallBackLocked)
+	// pipeProven: since the pool began or its last fallback, a request
+	// written together with the one ahead was answered unprompted
+	// (attempt.proves); until then one connection at a time is pipelined
+	// (scheduler.go, probeLocked).
+	pipeProven bool
+	// lastStreamed: the last answer read in full was a stream
+	// (attempt.streamed): nothing is pipelined until the next one
+	// (stackOnLocked).
+	lastStreamed bool
 	// serial is a moving score (0 to 1) of how often pipelined answers
 	// came one service time after the answer ahead of them, as from a
 	// server that runs pipelined requests one at a time; serialUntil is
@@ -94,13 +106,17 @@ type hostPool struct {
 // connection's pool and is guarded by hostPool.mu; the connection changes
 // it only through connEvents.
 type sched struct {
-	inflight     int  // attempts assigned and not yet answered
-	retired      bool // takes no new request (the one place: retireLocked)
-	removed      bool // no longer in the pool's conns
-	exclusive    bool // an attempt that nothing may follow is unanswered
-	streaming    bool // the head's body is open-ended and being read
-	slow         bool // the head has waited past HeadOfLineTimeout (holprotect.go)
-	reserved     bool // kept free for a request that needs an idle connection
+	inflight  int  // attempts assigned and not yet answered
+	retired   bool // takes no new request (the one place: retireLocked)
+	removed   bool // no longer in the pool's conns
+	exclusive bool // an attempt that nothing may follow is unanswered
+	streaming bool // the head's body is open-ended and being read
+	slow      bool // the head has waited past HeadOfLineTimeout (holprotect.go)
+	reserved  bool // kept free for a request that needs an idle connection
+	// probeDrain: the host not proven (hostPool.pipeProven), an answer
+	// came with requests pipelined behind it: the connection takes no more
+	// until it is empty, so that the last of them can prove the host.
+	probeDrain   bool
 	served       int  // responses completed
 	assigned     int  // requests assigned, ever
 	atBudget     bool // retired because assigned reached hostPool.budget
@@ -245,6 +261,7 @@ func (p *hostPool) assignLocked(c *pconn, a *attempt) httptrace.GotConnInfo {
 	a.c = c
 	wasIdle := s.inflight == 0
 	s.inflight++
+	c.placed.Store(int32(s.inflight))
 	s.assigned++
 	a.inflightAtAssign = int32(s.inflight)
 	a.activated = !s.active
@@ -293,6 +310,7 @@ func (p *hostPool) assignLocked(c *pconn, a *attempt) httptrace.GotConnInfo {
 func (p *hostPool) release(c *pconn) {
 	p.mu.Lock()
 	c.s.inflight--
+	c.placed.Store(int32(c.s.inflight))
 	done, idle, victims := p.becameIdleLocked(c)
 	p.dispatchLocked()
 	p.mu.Unlock()
@@ -405,6 +423,12 @@ func (p *hostPool) answerLocked() {
 // body's end.
 func (p *hostPool) gotHeadersLocked(c *pconn, a *attempt, closing bool) {
 	s := &c.s
+	if a.proves {
+		p.pipeProven = true
+	}
+	if !p.pipeProven && s.inflight >= 2 {
+		s.probeDrain = true
+	}
 	if (!a.r.pipelineable || a.alone) && a.writeDone == nil {
 		// RFC 9112 §9.3.2: others may follow once the final status of a
 		// non-idempotent request is known (and, here, its body written).
@@ -422,9 +446,6 @@ func (p *hostPool) gotHeadersLocked(c *pconn, a *attempt, closing bool) {
 				p.budget, p.budgetUntil = a.place, time.Time{}
 			}
 		}
-	}
-	if a.behind && !p.pipeAnswered {
-		p.notePipelinedAnswerLocked()
 	}
 	if a.ka != nil {
 		p.keepAliveLocked(c, *a.ka, a.place)
@@ -448,8 +469,13 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers bool) err
 	}
 	s := &c.s
 	s.inflight--
+	c.placed.Store(int32(s.inflight))
+	p.lastStreamed = a.streamed
 	s.served++
 	s.lastNoBody = a.noBody
+	if s.inflight == 0 {
+		s.probeDrain = false
+	}
 	if a.streamed {
 		// Only a's own stream ends here: after a direct read, the turn
 		// passes on before responseDone, so the reader may already
@@ -524,6 +550,7 @@ func (p *hostPool) removed(c *pconn) {
 	p.mu.Lock()
 	if !c.s.removed {
 		c.s.removed = true
+		p.ending++
 		p.retireLocked(c, 0)
 		if i := slices.Index(p.conns, c); i >= 0 {
 			p.conns = slices.Delete(p.conns, i, i+1)
@@ -551,6 +578,7 @@ func (p *hostPool) ended(c *pconn, err error, unanswered, answered int, headIdle
 		p.notePipelineFailure(err, unanswered, headIdle, headSlow)
 	}
 	p.mu.Lock()
+	p.ending--
 	var spent []*pconn
 	if quietClosed(err, unanswered, answered, headIdle, time.Since(c.s.idleSince)) && !c.s.lastNoBody {
 		// A server (or a proxy) that closes each connection after a
@@ -567,7 +595,7 @@ func (p *hostPool) ended(c *pconn, err error, unanswered, answered int, headIdle
 		}
 		p.quietClose = answered
 	}
-	empty := len(p.conns) == 0 && p.dialing == 0 && p.waiters.len() == 0
+	empty := len(p.conns) == 0 && p.dialing == 0 && p.waiters.len() == 0 && p.ending == 0
 	var ev ConnEvent
 	o := p.t.opts.Observer
 	if o != nil && o.ConnClosed != nil {

@@ -232,6 +232,15 @@ type attempt struct {
 	// the reader before it tells the pool, which clears the connection's
 	// streaming mark with a's answer only.
 	streamed bool
+	// together: written behind another request in the same write, and
+	// wireEnd: the connection's byte count at its end, set by the writer
+	// (send, write). proves: its answer came before anything written after
+	// it, set by the reader before it reports the headers: the server read
+	// it along with the request ahead and answered it unprompted, as one
+	// that handles pipelining does (hostPool.probeLocked).
+	together bool
+	wireEnd  atomic.Int64
+	proves   bool
 	// answerAtEnd: its response's head did not count as the host's answer
 	// (its body was not of a known, buffered length): its end does
 	// (hostPool.answerLocked). Set by the pool under its lock.

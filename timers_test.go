@@ -2,6 +2,7 @@ package pipelined
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -222,6 +223,102 @@ func TestTimerStreamBurst(t *testing.T) {
 	}
 }
 
+// memServeOnePerRead is a memServer handler that answers one request per
+// read from the connection and leaves what else that read brought until
+// the next one, closing after idle of nothing read, as gunicorn's gthread
+// worker does: requests that come together with the one ahead are
+// answered only when more bytes come.
+func memServeOnePerRead(idle time.Duration) func(int, net.Conn, *bufio.Reader) {
+	return func(_ int, c net.Conn, _ *bufio.Reader) {
+		var buf []byte
+		tmp := make([]byte, 4096)
+		for {
+			c.SetReadDeadline(time.Now().Add(idle))
+			n, err := c.Read(tmp)
+			if err != nil {
+				return
+			}
+			buf = append(buf, tmp[:n]...)
+			br := bufio.NewReader(bytes.NewReader(buf))
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			buf = buf[len(buf)-br.Buffered():]
+			answer(c, req)
+		}
+	}
+}
+
+// TestTimerPipeliningProbe sends bursts of 8 GETs to a new host over 2
+// connections of depth 4. A server that leaves what came with the request
+// ahead (gthread) stalls one request at most, the probe, until its idle
+// close, after which the host falls back to depth 1; before, every request
+// written behind another waited for the close (3 of 8 in one burst), and
+// a fallback learned as both connections closed was lost with the pool
+// (ending). A server that runs pipelined requests proves the host within
+// a few bursts (probeLocked). Whether a probe goes out together with its
+// head depends on how the writers meet, so the rows run several bursts.
+func TestTimerPipeliningProbe(t *testing.T) {
+	const idle = 2 * time.Second
+	tests := []struct {
+		name     string
+		handle   func(int, net.Conn, *bufio.Reader)
+		maxStall int32 // requests that took an idle close or more, over all bursts
+		proven   bool  // the host is proven within 10 bursts (else: never)
+	}{
+		{"one per read", memServeOnePerRead(idle), 1, false},
+		{"serial", memServeSerial(func(string) time.Duration { return time.Millisecond }), 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := &memServer{handle: tt.handle}
+				tr := NewTransport(TransportOptions{DialContext: srv.dial, MaxConnsPerHost: 2, PipelineDepth: 4})
+				defer tr.Close()
+				proven := func() bool {
+					tr.mu.RLock()
+					p := tr.pools[poolKey{scheme: "http", addr: "mem.test:80"}]
+					tr.mu.RUnlock()
+					if p == nil {
+						return false
+					}
+					p.mu.Lock()
+					defer p.mu.Unlock()
+					return p.pipeProven
+				}
+				var stalled atomic.Int32
+				for bursts := 0; bursts < 10 && !(tt.proven && proven()); bursts++ {
+					start := time.Now()
+					var answers []<-chan string
+					for i := range 8 {
+						answers = append(answers, memGet(tr, fmt.Sprintf("/%d", i)))
+					}
+					var wg sync.WaitGroup
+					for i, ch := range answers {
+						wg.Go(func() {
+							if got, want := <-ch, fmt.Sprintf("/%d", i); got != want {
+								t.Errorf("answer %d = %q, want %q", i, got, want)
+							}
+							if time.Since(start) >= idle {
+								stalled.Add(1)
+							}
+						})
+					}
+					wg.Wait()
+					synctest.Wait()
+				}
+				if got := proven(); got != tt.proven {
+					t.Errorf("proven = %v, want %v", got, tt.proven)
+				}
+				if n := stalled.Load(); n > tt.maxStall {
+					t.Errorf("%d requests took %v or more, want at most %d", n, idle, tt.maxStall)
+				}
+			})
+		})
+	}
+}
+
 func TestTimerResponseHeader(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := &memServer{handle: func(n int, c net.Conn, br *bufio.Reader) {
@@ -385,7 +482,7 @@ func TestFallbackLengths(t *testing.T) {
 		}
 		now = p.fallbackUntil.Add(time.Second) // failed again soon after
 	}
-	p.notePipelinedAnswerLocked() // answers some, not enough
+	p.pipeProven = true // answers some, not enough
 	p.fallBackLocked(now)
 	if got := p.fallbackUntil.Sub(now); got != maxFallbackFor {
 		t.Errorf("after a pipelined answer, the next fallback lasts %v, want %v", got, maxFallbackFor)

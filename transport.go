@@ -287,6 +287,10 @@ type Transport struct {
 	// (pool.go, burstWaitLocked): tests that stack requests behind a
 	// stalled head on a host that has answered set it.
 	noBurstWait bool
+	// noProbe pipelines a host at its full depth from the start, as if
+	// proven (hostPool.probeLocked): for tests that build a pipeline
+	// behind a stalled head on a new connection.
+	noProbe bool
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -390,7 +394,7 @@ func (t *Transport) removeIfEmpty(p *hostPool) {
 	defer t.mu.Unlock()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed || p.gone || len(p.conns) > 0 || p.dialing > 0 || p.waiters.len() > 0 || p.learnedLocked() {
+	if p.closed || p.gone || len(p.conns) > 0 || p.dialing > 0 || p.waiters.len() > 0 || p.ending > 0 || p.learnedLocked() {
 		return
 	}
 	if h := p.h2.Load(); h != nil && !h.goneIfEmpty() {

@@ -51,6 +51,7 @@ func TestPipelinesOnOneConnection(t *testing.T) {
 	// pipelining client gets answers.
 	srv := newRawServer(t, serveAfterN(depth))
 	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: depth, HeadOfLineTimeout: -1})
+	tr.noProbe = true // the server answers nothing before it has depth requests
 	getEchoes(t, tr, srv, depth)
 	if n := srv.conns.Load(); n != 1 {
 		t.Errorf("connections = %d, want 1", n)
@@ -1139,6 +1140,7 @@ func TestWritesCoalesce(t *testing.T) {
 			return w, nil
 		},
 	})
+	tr.noProbe = true // the server answers nothing before it has 8 requests
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Add(1)
