@@ -53,6 +53,10 @@ type hostPool struct {
 	// the server announced (Connection: close), which a connection that
 	// served it without a close forgets (responseDone).
 	budgetUntil time.Time
+	// closeAt is the count at which the server last closed a connection
+	// it announced closing (Connection: close) with requests written
+	// behind; seen twice in a row, it becomes the budget.
+	closeAt int
 	// Depth fallback (holprotect.go): the times of recent pipeline
 	// failures, and until when the host's effective depth is 1.
 	pipeFailures  []time.Time
@@ -442,8 +446,19 @@ func (p *hostPool) gotHeadersLocked(c *pconn, a *attempt, closing bool) {
 			// be counted served yet when a's head is read (a direct
 			// read hands the read turn on before responseDone).
 			// keepAliveLocked counts from a.place too.
-			if s.assigned > a.place {
-				p.budget, p.budgetUntil = a.place, time.Time{}
+			if s.assigned > a.place && !a.noBody {
+				// Two connections in a row closed at the same count: a
+				// limit per connection (nginx's keepalive_requests). A
+				// close one kind of request causes comes at any count:
+				// cheroot closes after a HEAD whose answer has no length
+				// (not counted: an answer without a body by rule, as for
+				// unannounced closes), others after an error; learned at
+				// once, that count closed every connection (2-4 times
+				// net/http's dials).
+				if p.closeAt == a.place {
+					p.budget, p.budgetUntil = a.place, time.Time{}
+				}
+				p.closeAt = a.place
 			}
 		}
 	}

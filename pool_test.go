@@ -343,6 +343,7 @@ func TestPoolLearnsFromPlace(t *testing.T) {
 			tr := NewTransport(TransportOptions{PipelineDepth: 8})
 			defer tr.Close()
 			p := newHostPool(tr, poolKey{})
+			p.closeAt = tt.place // the connection before closed at the same count
 			c := &pconn{t: tr}
 			c.s.served, c.s.assigned, c.s.inflight = tt.served, tt.assigned, tt.assigned-tt.served
 			c.s.kaFirstMax = tt.firstMax
