@@ -251,7 +251,7 @@ func (p *hostPool) stackOnLocked(depth int) *pconn {
 		return nil
 	}
 	if !p.pipeProven {
-		return p.probeLocked()
+		return p.probeLocked(depth)
 	}
 	c := p.policy.pipeline(p.conns, depth)
 	if c != nil && c.s.inflight >= 2 && p.dialing > 0 && p.dialSoonLocked() {
@@ -265,19 +265,19 @@ func (p *hostPool) stackOnLocked(depth int) *pconn {
 // (pipeProven), or nil. Until then one request at a time is pipelined,
 // behind a head: the probe. The connection that carries it takes no more
 // until it is empty (probeDrain). A probe written together with its head
-// and answered before anything came after it proves the host. A server that drops what is pipelined stalls the probe, not
-// every connection: gunicorn's gthread worker reads the requests that
-// came with the one it answers and leaves them until more bytes come or
-// its keep-alive timeout closes the connection, 2 s later; at the start of
-// a pool, 32 callers over 4 connections, each pipelined 4 deep, all
-// waited for those closes (p99 2.0 s, against net/http's 0.6). Any
-// request answered behind another proves nothing: gthread answers one that
-// came in a read of its own. The probe's close sets off
-// the depth fallback (notePipelineFailure), after which the host is
-// probed again.
-func (p *hostPool) probeLocked() *pconn {
+// and answered before anything came after it proves the host. A server
+// that drops what is pipelined stalls the probe, not every connection:
+// gunicorn's gthread worker leaves the requests that came with the one it
+// answers until more bytes come or its keep-alive timeout closes the
+// connection, 2 s later; at the start of a pool, 32 callers over 4
+// connections, each pipelined 4 deep, all waited for those closes (p99
+// 2.0 s, against net/http's 0.6). Any request answered behind another
+// proves nothing: gthread answers one that came in a read of its own. The
+// probe's close is a failure before proof, which sets off the depth
+// fallback (notePipelineFailure); the host is probed again after it.
+func (p *hostPool) probeLocked(depth int) *pconn {
 	if p.t.noProbe {
-		return p.policy.pipeline(p.conns, p.depthLocked())
+		return p.policy.pipeline(p.conns, depth)
 	}
 	for _, c := range p.conns {
 		if c.s.inflight >= 2 || c.s.probeDrain {
