@@ -64,8 +64,8 @@ type hostPool struct {
 	fallbacks     int // depth fallbacks in a row (fallBackLocked)
 	// pipeProven: since the pool began or its last fallback, a request
 	// written together with the one ahead was answered unprompted
-	// (attempt.proves); until then one connection at a time is pipelined
-	// (scheduler.go, probeLocked).
+	// (attempt.proves); until then one request at a time is pipelined,
+	// behind a head (scheduler.go, probeLocked).
 	pipeProven bool
 	// lastStreamed: the last answer read in full was a stream
 	// (attempt.streamed): nothing is pipelined until the next one
