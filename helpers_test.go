@@ -138,12 +138,19 @@ func serveAfterN(n int) func(net.Conn, *bufio.Reader) {
 	}
 }
 
+// poolOf returns tr's pool for the plain-HTTP host at addr, or nil if
+// there is none: never made, or forgotten once empty with nothing learned
+// (removeIfEmpty).
+func poolOf(tr *Transport, addr string) *hostPool {
+	tr.mu.RLock()
+	defer tr.mu.RUnlock()
+	return tr.pools[poolKey{scheme: "http", addr: addr}]
+}
+
 // soleConn returns the connection of srv's pool in tr while it has
 // exactly one, else nil.
 func soleConn(tr *Transport, srv *rawServer) *pconn {
-	tr.mu.RLock()
-	p := tr.pools[poolKey{scheme: "http", addr: srv.addr}]
-	tr.mu.RUnlock()
+	p := poolOf(tr, srv.addr)
 	if p == nil {
 		return nil
 	}

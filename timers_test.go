@@ -277,9 +277,7 @@ func TestTimerPipeliningProbe(t *testing.T) {
 				tr := NewTransport(TransportOptions{DialContext: srv.dial, MaxConnsPerHost: 2, PipelineDepth: 4})
 				defer tr.Close()
 				proven := func() bool {
-					tr.mu.RLock()
-					p := tr.pools[poolKey{scheme: "http", addr: "mem.test:80"}]
-					tr.mu.RUnlock()
+					p := poolOf(tr, "mem.test:80")
 					if p == nil {
 						return false
 					}
@@ -545,7 +543,7 @@ func TestTimerSerialHostEarlyResend(t *testing.T) {
 		tr := NewTransport(TransportOptions{DialContext: srv.dial, MaxConnsPerHost: 2, PipelineConnsPerHost: 2, PipelineDepth: 4})
 		defer tr.Close()
 		memBurst(t, tr, 1)
-		p := tr.pools[poolKey{scheme: "http", addr: "mem.test:80"}]
+		p := poolOf(tr, "mem.test:80")
 		serial := func() (bool, int) {
 			p.mu.Lock()
 			defer p.mu.Unlock()
