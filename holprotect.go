@@ -97,11 +97,16 @@ func (c *pconn) holArm(a *attempt, stream bool) {
 	head := len(c.fifo) > 0 && c.fifo[0] == a && a.headersRead == stream
 	// A head with nothing behind it holds nobody up: its timer starts
 	// when a first request is written behind it (pconn.send), so that a
-	// connection carrying one request at a time arms no timer.
+	// connection carrying one request at a time arms no timer. But for a
+	// probe: its own wait may be a server leaving it unread.
 	alone := !stream && len(c.fifo) < 2
 	c.mu.Unlock()
-	if !head || alone {
+	probe := alone && a.probing()
+	if !head || alone && !probe {
 		return // answered already, or nothing waits behind it
+	}
+	if probe {
+		d = a.probeAfter
 	}
 	g := &c.hol
 	g.mu.Lock()
@@ -192,15 +197,28 @@ func (c *pconn) holFire(a *attempt) {
 
 // lateHead sends a copy of a, the late head of c, on another connection
 // (TransportOptions.HedgeHeadOfLine) if the host's budget of copies allows
-// it. An attempt is copied once at most.
+// it; or, whatever the option, if a is a stalled probe, the first since
+// the host was last proven or fell back (probeWaitLocked). An attempt is
+// copied once at most.
 func (p *hostPool) lateHead(c *pconn, a *attempt) {
-	if !p.t.opts.HedgeHeadOfLine || a.state.Load() != attemptWaiting {
+	probe := a.probing()
+	if !p.t.opts.HedgeHeadOfLine && !probe || a.state.Load() != attemptWaiting {
 		return
 	}
 	p.mu.Lock()
-	ok := !p.closed && p.copyBudget >= 1 && !a.hedged
+	ok := !p.closed && !a.hedged
+	switch {
+	case !ok:
+	case probe:
+		ok = !p.probeCopied && !p.pipeProven
+		p.probeCopied = p.probeCopied || ok
+	default:
+		ok = p.copyBudget >= 1
+		if ok {
+			p.copyBudget--
+		}
+	}
 	if ok {
-		p.copyBudget--
 		a.hedged = true
 		p.t.wg.Add(1) // before Close waits: Close marks p closed first
 	}
@@ -241,9 +259,54 @@ func (p *hostPool) hedge(c *pconn, cp *request) {
 		resp.Body.Close()
 		return
 	}
+	if orig.probing() {
+		p.probeLost()
+	}
 	// A caller reading its own answer (a direct read, direct.go) is
 	// woken by the close and takes the copy's.
 	c.dropIfUnwanted()
+}
+
+// The probe's wait. A server that leaves what came with the request it
+// answers unread (gunicorn's gthread worker) stalls the probe (scheduler.go,
+// probeLocked) until it closes the idle connection: 2 s for gthread, with
+// the connection taking nothing meanwhile (a quarter of the host's
+// connections at MaxConnsPerHost 4). So a probe that is the head of its
+// connection with nothing behind it, and has had no answer for
+// probeWaitLocked, is copied once on another connection, as a late head
+// is (lateHead, hedge): it is safe, as every pipelined request is. If the
+// copy's answer comes first, the server left the probe unread (a server
+// that runs it answers the probe, sent earlier, first, unless it is slower
+// than the copy's whole way), which is a failure before proof: the host
+// falls back (probeLost), and the stalled connection is closed. Otherwise
+// the copy's answer is discarded. One copy per time the host is unproven
+// (hostPool.probeCopied), so a slow host that handles pipelining pays one
+// duplicate request, not one per probe.
+const (
+	probeWaitMin   = 100 * time.Millisecond
+	probeWaitDials = 4 // round trips (dials) a probe's answer may take past its turn
+)
+
+// probeWaitLocked returns how long a probe placed now may wait at the head
+// of its connection (attempt.probeAfter): a few round trips, at least
+// probeWaitMin, at most the head-of-line timeout.
+func (p *hostPool) probeWaitLocked() time.Duration {
+	d := max(probeWaitDials*p.dialTook, probeWaitMin)
+	if hol := p.t.holTimeout(); hol > 0 {
+		d = min(d, hol)
+	}
+	return d
+}
+
+// probeLost records that the copy of a stalled probe was answered first:
+// the host fell back, as for a failure before proof (notePipelineFailure).
+func (p *hostPool) probeLost() {
+	now := time.Now()
+	p.mu.Lock()
+	if !p.pipeProven && !now.Before(p.fallbackUntil) {
+		p.fallBackLocked(now)
+	}
+	p.mu.Unlock()
 }
 
 // depthLocked returns the host's effective pipeline depth: 1 through an
@@ -435,7 +498,7 @@ func (p *hostPool) fallBackLocked(now time.Time) {
 	}
 	p.fallbackUntil = now.Add(fallbackFor(p.fallbacks))
 	p.fallbacks++
-	p.pipeProven = false
+	p.pipeProven, p.probeCopied = false, false
 	p.pipeFailures = p.pipeFailures[:0]
 }
 

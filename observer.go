@@ -176,8 +176,10 @@ const (
 	ResendHeadOfLine
 
 	// ResendHedge: a copy of a request whose attempt, at the head of its
-	// connection, was late (TransportOptions.HedgeHeadOfLine), sent while
-	// that attempt still runs; the first answer wins. A copy's attempts
+	// connection, was late (TransportOptions.HedgeHeadOfLine), or was a
+	// host's first pipelined request and got no answer in a few round
+	// trips (docs/reliability.md, "The probe"), sent while that attempt
+	// still runs; the first answer wins. A copy's attempts
 	// are numbered after the attempt it copies and have no RequestDone of
 	// their own: if the copy's answer wins, the request's RequestDone
 	// reports the copy's last attempt (and adds its QueueTime).

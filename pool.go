@@ -67,6 +67,10 @@ type hostPool struct {
 	// (attempt.proves); until then one request at a time is pipelined,
 	// behind a head (scheduler.go, probeLocked).
 	pipeProven bool
+	// probeCopied: a copy of a stalled probe was sent since the host was
+	// last proven or fell back (holprotect.go, lateHead): one per such
+	// time, whatever came of it.
+	probeCopied bool
 	// lastStreamed: the last answer read in full was a stream
 	// (attempt.streamed): nothing is pipelined until the next one
 	// (stackOnLocked).
@@ -297,6 +301,13 @@ func (p *hostPool) assignLocked(c *pconn, a *attempt) httptrace.GotConnInfo {
 		p.retireLocked(c, closeReasonOf(a.r))
 	}
 	a.holAfter = p.holAfterLocked()
+	a.probeAfter = 0
+	if !p.pipeProven && !p.t.noProbe {
+		// Whether a is the probe is known when it joins the fifo
+		// (attempt.probing): requests go out in the order they take the
+		// write token, not that of their places.
+		a.probeAfter = p.probeWaitLocked()
+	}
 	if a.r.trace == nil || a.r.trace.GotConn == nil {
 		return httptrace.GotConnInfo{}
 	}

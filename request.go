@@ -179,6 +179,11 @@ func (r *request) body() (io.ReadCloser, error) {
 	return r.req.GetBody()
 }
 
+// probing reports whether a is a probe (scheduler.go, probeLocked): placed
+// while its host was not proven, and written behind another request. Read
+// by the connection's reader, or under pconn.mu, once a joined the fifo.
+func (a *attempt) probing() bool { return a.probeAfter > 0 && a.behind }
+
 // mayDuplicate reports whether a copy of r may be sent while its original
 // may still be executed by the server: only if r is safe (RFC 9110
 // §9.2.1). Idempotent (§9.2.2) means that repeating a request has the
@@ -195,6 +200,12 @@ type attempt struct {
 	// the safe requests behind it are re-sent elsewhere, set by the pool
 	// when it places a (pool.go, holAfterLocked); 0: HeadOfLineTimeout.
 	holAfter time.Duration
+	// probeAfter: a was placed while its host was not proven to handle
+	// pipelining; if it is the probe (probing), how long it may wait, once
+	// at the head with nothing behind it, before a copy of it is sent
+	// elsewhere (holprotect.go, probeWaitLocked). Set by the pool when it
+	// places a; 0 otherwise.
+	probeAfter time.Duration
 
 	// For the Observer (observe.go).
 	n                int32       // 1 for the first attempt

@@ -252,65 +252,87 @@ func memServeOnePerRead(idle time.Duration) func(int, net.Conn, *bufio.Reader) {
 
 // TestTimerPipeliningProbe sends bursts of 8 GETs to a new host over 2
 // connections of depth 4. A server that leaves what came with the request
-// ahead (gthread) stalls one request at most, the probe, until its idle
-// close, after which the host falls back to depth 1; before, every request
-// written behind another waited for the close (3 of 8 in one burst), and
-// a fallback learned as both connections closed was lost with the pool
-// (ending). A server that runs pipelined requests proves the host within
-// a few bursts (probeLocked). Whether a probe goes out together with its
-// head depends on how the writers meet, so the rows run several bursts.
+// ahead (gthread) stalls one request, the probe, for probeWaitMin: a copy
+// of it is then answered on another connection, and the host falls back to
+// depth 1. Before, every request written behind another waited for the
+// server's idle close (3 of 8 in one burst); then the probe did; and a
+// fallback learned as both connections closed was lost with the pool
+// (ending). A server that runs pipelined requests proves the host within a
+// few bursts (probeLocked), without falling back even if its answers take
+// longer than a probe's wait (the probe's answer comes before its copy's),
+// and at the cost of one copy at most. Whether a probe goes out together
+// with its head depends on how the writers meet, so the rows run several
+// bursts.
 func TestTimerPipeliningProbe(t *testing.T) {
 	const idle = 2 * time.Second
 	tests := []struct {
 		name     string
-		handle   func(int, net.Conn, *bufio.Reader)
-		maxStall int32 // requests that took an idle close or more, over all bursts
-		proven   bool  // the host is proven within 10 bursts (else: never)
+		handle   func(delay func(string) time.Duration) func(int, net.Conn, *bufio.Reader)
+		delay    time.Duration // of each answer
+		maxWait  time.Duration // of any request
+		proven   bool          // the host is proven within 10 bursts, never falling back (else: never)
+		maxExtra int32         // requests served beyond those sent
 	}{
-		{"one per read", memServeOnePerRead(idle), 1, false},
-		{"serial", memServeSerial(func(string) time.Duration { return time.Millisecond }), 0, true},
+		{"one per read", func(func(string) time.Duration) func(int, net.Conn, *bufio.Reader) { return memServeOnePerRead(idle) }, 0, probeWaitMin, false, 10},
+		{"serial", memServeSerial, time.Millisecond, 50 * time.Millisecond, true, 0},
+		{"serial, slower than a probe's wait", memServeSerial, 2 * probeWaitMin, 8 * 2 * probeWaitMin, true, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				srv := &memServer{handle: tt.handle}
+				var served atomic.Int32 // by a serial server
+				srv := &memServer{handle: tt.handle(func(string) time.Duration {
+					served.Add(1)
+					return tt.delay
+				})}
 				tr := NewTransport(TransportOptions{DialContext: srv.dial, MaxConnsPerHost: 2, PipelineDepth: 4})
 				defer tr.Close()
-				proven := func() bool {
+				state := func() (proven, fellBack bool) {
 					p := poolOf(tr, "mem.test:80")
 					if p == nil {
-						return false
+						return false, false
 					}
 					p.mu.Lock()
 					defer p.mu.Unlock()
-					return p.pipeProven
+					return p.pipeProven, p.fallbacks > 0
 				}
-				var stalled atomic.Int32
-				for bursts := 0; bursts < 10 && !(tt.proven && proven()); bursts++ {
+				var longest atomic.Int64
+				sent := 0
+				for bursts := 0; bursts < 10; bursts++ {
+					if proven, _ := state(); proven && tt.proven {
+						break
+					}
 					start := time.Now()
 					var answers []<-chan string
 					for i := range 8 {
 						answers = append(answers, memGet(tr, fmt.Sprintf("/%d", i)))
 					}
+					sent += 8
 					var wg sync.WaitGroup
 					for i, ch := range answers {
 						wg.Go(func() {
 							if got, want := <-ch, fmt.Sprintf("/%d", i); got != want {
 								t.Errorf("answer %d = %q, want %q", i, got, want)
 							}
-							if time.Since(start) >= idle {
-								stalled.Add(1)
+							d := int64(time.Since(start))
+							for m := longest.Load(); d > m && !longest.CompareAndSwap(m, d); m = longest.Load() {
 							}
 						})
 					}
 					wg.Wait()
 					synctest.Wait()
 				}
-				if got := proven(); got != tt.proven {
-					t.Errorf("proven = %v, want %v", got, tt.proven)
+				proven, fellBack := state()
+				// A host never proven falls back if a probe stalled; the
+				// requests of a burst may go out one at a time.
+				if proven != tt.proven || tt.proven && fellBack {
+					t.Errorf("proven = %v, fell back = %v, want %v", proven, fellBack, tt.proven)
 				}
-				if n := stalled.Load(); n > tt.maxStall {
-					t.Errorf("%d requests took %v or more, want at most %d", n, idle, tt.maxStall)
+				if d := time.Duration(longest.Load()); d > tt.maxWait {
+					t.Errorf("a request took %v, want at most %v", d, tt.maxWait)
+				}
+				if n := served.Load(); tt.delay > 0 && n > int32(sent)+tt.maxExtra {
+					t.Errorf("%d requests served for %d sent, want at most %d more", n, sent, tt.maxExtra)
 				}
 			})
 		})
