@@ -235,16 +235,19 @@ func (p *hostPool) lateHead(c *pconn, a *attempt) {
 		cp.obs = &requestObs{start: r.obs.start, host: r.obs.host, addr: r.obs.addr}
 		r.obs.copy = cp // read by the caller only once the copy's answer is delivered
 	}
-	go p.hedge(c, cp)
+	// A probe's timer fired probeAfter after it became the head.
+	go p.hedge(c, cp, time.Now().Add(-a.probeAfter))
 }
 
 // hedge sends cp, a copy of a late head's request, a safe one, and hands
 // its answer to the head's caller if it comes first. The head's answer is
 // then not wanted, and c, where it was due, is closed unless another
 // request waits on it: that cancels the head on the server (the one way in
-// HTTP/1.1) and frees c's place in the pool. A copy that loses runs to its
-// end; its answer is discarded.
-func (p *hostPool) hedge(c *pconn, cp *request) {
+// HTTP/1.1) and frees c's place in the pool; for a probe that became the
+// head at headAt, only if its answer does not come either meanwhile
+// (probeLost). A copy that loses runs to its end; its answer is
+// discarded.
+func (p *hostPool) hedge(c *pconn, cp *request, headAt time.Time) {
 	defer p.t.wg.Done()
 	orig := cp.copyOf
 	resp, err := p.roundTripAttempts(cp)
@@ -260,7 +263,12 @@ func (p *hostPool) hedge(c *pconn, cp *request) {
 		return
 	}
 	if orig.probing() {
-		p.probeLost()
+		// The probe's own answer may still come: a server that ran it
+		// slowly (a pause, a lock) answers it as late again at most.
+		// Until then its connection takes nothing new (it is slow).
+		waited := time.Since(headAt)
+		time.AfterFunc(waited, func() { p.probeLost(c, orig) })
+		return
 	}
 	// A caller reading its own answer (a direct read, direct.go) is
 	// woken by the close and takes the copy's.
@@ -275,11 +283,13 @@ func (p *hostPool) hedge(c *pconn, cp *request) {
 // connection with nothing behind it, and has had no answer for
 // probeWaitLocked, is copied once on another connection, as a late head
 // is (lateHead, hedge): it is safe, as every pipelined request is. If the
-// copy's answer comes first, the server left the probe unread (a server
-// that runs it answers the probe, sent earlier, first, unless it is slower
-// than the copy's whole way), which is a failure before proof: the host
-// falls back (probeLost), and the stalled connection is closed. Otherwise
-// the copy's answer is discarded. One copy per time the host is unproven
+// copy's answer comes first and the probe's does not come either while it
+// waits as long again (a server that ran it slowly answers it by then: a
+// request that is slow once, as the benchmarks' serial server makes one in
+// a hundred, lost to its copy and cost a fallback), the server left the
+// probe unread, which is a failure before proof: the host falls back
+// (probeLost), and the stalled connection is closed. Otherwise the
+// answer that comes second is discarded. One copy per time the host is unproven
 // (hostPool.probeCopied), so a slow host that handles pipelining pays one
 // duplicate request, not one per probe.
 const (
@@ -298,15 +308,25 @@ func (p *hostPool) probeWaitLocked() time.Duration {
 	return d
 }
 
-// probeLost records that the copy of a stalled probe was answered first:
-// the host fell back, as for a failure before proof (notePipelineFailure).
-func (p *hostPool) probeLost() {
+// probeLost is called once the copy of probe a, the head of c, was
+// answered first and a waited as long again: if a is still unanswered,
+// the server left it unread. The host falls back, as for a failure before
+// proof (notePipelineFailure), and c, which nothing else waits on, is
+// closed.
+func (p *hostPool) probeLost(c *pconn, a *attempt) {
+	c.mu.Lock()
+	unread := !c.dead && len(c.fifo) > 0 && c.fifo[0] == a && !a.headersRead
+	c.mu.Unlock()
+	if !unread {
+		return // answered late, or the connection ended
+	}
 	now := time.Now()
 	p.mu.Lock()
 	if !p.pipeProven && !now.Before(p.fallbackUntil) {
 		p.fallBackLocked(now)
 	}
 	p.mu.Unlock()
+	c.dropIfUnwanted()
 }
 
 // depthLocked returns the host's effective pipeline depth: 1 through an

@@ -250,6 +250,38 @@ func memServeOnePerRead(idle time.Duration) func(int, net.Conn, *bufio.Reader) {
 	}
 }
 
+// memServeSlowOnce is a memServer handler that answers a connection's
+// requests one at a time, each after delay(its path), but the first
+// request of all that came in one read behind another, which it answers
+// slow later: a server that handles pipelining, with one slow run.
+func memServeSlowOnce(slow time.Duration, once *atomic.Bool, delay func(string) time.Duration) func(int, net.Conn, *bufio.Reader) {
+	return func(_ int, c net.Conn, _ *bufio.Reader) {
+		var buf []byte
+		tmp := make([]byte, 4096)
+		for {
+			n, err := c.Read(tmp)
+			if err != nil {
+				return
+			}
+			buf = append(buf, tmp[:n]...)
+			for first := true; ; first = false {
+				br := bufio.NewReader(bytes.NewReader(buf))
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					break // incomplete: read on
+				}
+				buf = buf[len(buf)-br.Buffered():]
+				d := delay(req.URL.Path)
+				if !first && once.CompareAndSwap(false, true) {
+					d = slow
+				}
+				time.Sleep(d)
+				answer(c, req)
+			}
+		}
+	}
+}
+
 // TestTimerPipeliningProbe sends bursts of 8 GETs to a new host over 2
 // connections of depth 4. A server that leaves what came with the request
 // ahead (gthread) stalls one request, the probe, for probeWaitMin: a copy
@@ -260,7 +292,8 @@ func memServeOnePerRead(idle time.Duration) func(int, net.Conn, *bufio.Reader) {
 // (ending). A server that runs pipelined requests proves the host within a
 // few bursts (probeLocked), without falling back even if its answers take
 // longer than a probe's wait (the probe's answer comes before its copy's),
-// and at the cost of one copy at most. Whether a probe goes out together
+// and at the cost of one copy at most, nor if the probe's own run is slow
+// (its copy answered first, its answer soon after). Whether a probe goes out together
 // with its head depends on how the writers meet, so the rows run several
 // bursts.
 func TestTimerPipeliningProbe(t *testing.T) {
@@ -276,6 +309,9 @@ func TestTimerPipeliningProbe(t *testing.T) {
 		{"one per read", func(func(string) time.Duration) func(int, net.Conn, *bufio.Reader) { return memServeOnePerRead(idle) }, 0, probeWaitMin, false, 10},
 		{"serial", memServeSerial, time.Millisecond, 50 * time.Millisecond, true, 0},
 		{"serial, slower than a probe's wait", memServeSerial, 2 * probeWaitMin, 8 * 2 * probeWaitMin, true, 1},
+		{"serial, the first pipelined request slow", func(delay func(string) time.Duration) func(int, net.Conn, *bufio.Reader) {
+			return memServeSlowOnce(3*probeWaitMin/2, new(atomic.Bool), delay)
+		}, time.Millisecond, time.Second, true, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
