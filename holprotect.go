@@ -288,8 +288,8 @@ func (p *hostPool) hedge(c *pconn, cp *request, headAt time.Time) {
 // request that is slow once, as the benchmarks' serial server makes one in
 // a hundred, lost to its copy and cost a fallback), the server left the
 // probe unread, which is a failure before proof: the host falls back
-// (probeLost), and the stalled connection is closed. Otherwise the
-// answer that comes second is discarded. One copy per time the host is unproven
+// (probeLost), and the stalled connection is closed. Otherwise the answer
+// that comes second is discarded. One copy per time the host is unproven
 // (hostPool.probeCopied), so a slow host that handles pipelining pays one
 // duplicate request, not one per probe.
 const (
