@@ -63,7 +63,6 @@ type pconn struct {
 	// and counts down with each request written alone: the connection has
 	// been pipelining recently (pipelining).
 	recentBehind int
-	samples      int      // pipelined requests written, for sampling their answers' order
 	lastSent     monoTime // when the last request joined fifo
 	dead         bool
 	cause        error // the first fail's error: why the connection ends
@@ -465,13 +464,9 @@ func (c *pconn) send(a *attempt) error {
 	}
 	now := monoNow()
 	if a.behind {
-		// Sample the order of answers (pool.go, noteOrderLocked): every
-		// pipelined request of a new connection, then one in eight.
-		if c.samples < 16 || c.samples%8 == 0 {
-			a.sentAt = now // under mu: the reader reads it
-			a.writeGap = time.Duration(now - c.lastSent)
-		}
-		c.samples++
+		// Sample the order of answers (pool.go, noteOrderLocked).
+		a.sentAt = now // under mu: the reader reads it
+		a.writeGap = time.Duration(now - c.lastSent)
 	}
 	c.lastSent = now
 	c.fifo = append(c.fifo, a)
@@ -866,6 +861,7 @@ func (c *pconn) readOne(a *attempt, peekErr error, direct bool) error {
 	if behind && sentAt != 0 && c.prevEnd != 0 {
 		now := monoNow()
 		a.gap, a.timed = time.Duration(now-c.prevEnd), true
+		a.shadow = time.Duration(c.prevEnd - sentAt)
 	}
 	if _, ok := resp.Header["Keep-Alive"]; ok {
 		ka := parseKeepAlive(resp.Header)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -284,32 +285,98 @@ func TestIdleTimeoutRemovesPools(t *testing.T) {
 	})
 }
 
-// TestSerialVerdict: noteOrderLocked(gap, writeGap) over a sequence of
-// answers = the verdict "runs requests one at a time" after it.
+// TestSerialVerdict: noteOrderLocked(gap, writeGap, shadow) over a
+// sequence of answers = the verdict "runs requests one at a time" after it.
 func TestSerialVerdict(t *testing.T) {
 	const ms, us = time.Millisecond, time.Microsecond
-	type s struct{ gap, writeGap time.Duration }
+	type s struct{ gap, writeGap, shadow time.Duration }
 	rep := func(n int, x s) []s { return slices.Repeat([]s{x}, n) }
+	// mixed returns n answers, every other one behind a quick answer (a
+	// shadow of 100 µs) or a slow one (50 ms); two in five of each kind
+	// come late (30 ms: a service time) if lateAfterSlow, else only those
+	// behind quick answers: the order of a server that runs requests one
+	// at a time, or at once, when 60% of its service times are short.
+	mixed := func(n int, lateAfterSlow bool) []s {
+		var out []s
+		for i := range n {
+			a := s{gap: 50 * us, shadow: 100 * us}
+			if i%2 == 1 {
+				a.shadow = 50 * ms
+			}
+			if k := (i / 2) % 5; (k == 0 || k == 3) && (i%2 == 0 || lateAfterSlow) {
+				a.gap = 30 * ms
+			}
+			out = append(out, a)
+		}
+		return out
+	}
 	tests := []struct {
 		name    string
 		answers []s
 		want    bool
 	}{
-		{"serial server, burst", rep(5, s{ms, 0}), true},
-		{"concurrent server, burst", rep(20, s{10 * us, 0}), false},
-		{"closed loop: writes spaced as answers", rep(20, s{ms, ms}), false},
-		{"too few", rep(4, s{ms, 0}), false},
-		{"revoked by answers that came together", append(rep(5, s{ms, 0}), rep(4, s{10 * us, 0})...), false},
-		{"one answer read late does not revoke", append(append(rep(5, s{ms, 0}), s{0, 0}), rep(2, s{ms, 0})...), true},
+		{"serial server, burst", rep(5, s{ms, 0, 0}), true},
+		{"concurrent server, burst", rep(20, s{10 * us, 0, 0}), false},
+		{"closed loop: writes spaced as answers", rep(20, s{ms, ms, 0}), false},
+		{"too few", rep(4, s{ms, 0, 0}), false},
+		{"revoked by answers that came together", append(rep(5, s{ms, 0, 0}), rep(4, s{10 * us, 0, 0})...), false},
+		{"one answer read late does not revoke", append(append(rep(5, s{ms, 0, 0}), s{0, 0, 0}), rep(2, s{ms, 0, 0})...), true},
+		{"serial server, mixed service times", mixed(2*serialMixKnown, true), true},
+		{"serial server, mixed, too few to tell", mixed(2*serialMixKnown-2, true), false},
+		{"concurrent server, mixed service times", mixed(2*serialMixKnown, false), false},
+		{"serial, mixed, a run of quick answers does not revoke", append(mixed(2*serialMixKnown, true), rep(8, s{10 * us, 0, 0})...), true},
+		{"score's verdict overruled by mixed evidence", append(mixed(4*serialMixKnown, false), rep(5, s{ms, 0, 0})...), false},
 	}
 	for _, tt := range tests {
 		p := newHostPool(nil, poolKey{})
 		for _, a := range tt.answers {
-			p.noteOrderLocked(a.gap, a.writeGap)
+			p.noteOrderLocked(a.gap, a.writeGap, a.shadow)
 		}
 		if got := p.serialLocked(); got != tt.want {
 			t.Errorf("%s: serial = %v, want %v", tt.name, got, tt.want)
 		}
+	}
+}
+
+// TestMixedOrder: mixedOrder(afterQuick, afterSlow) = got, want want.
+func TestMixedOrder(t *testing.T) {
+	known := func(rate float64) gapRate { return gapRate{n: serialMixKnown, rate: rate} }
+	tests := []struct {
+		name              string
+		afterQuick, after gapRate
+		want              order
+	}{
+		{"nothing yet", gapRate{}, gapRate{}, orderUnknown},
+		{"too few behind slow answers", known(0.4), gapRate{n: serialMixKnown - 1, rate: 0.4}, orderUnknown},
+		{"too few behind quick answers", gapRate{n: serialMixKnown - 1, rate: 0.4}, known(0.4), orderUnknown},
+		{"hardly any long answers", known(0.05), known(0), orderUnknown},
+		{"as often behind slow answers", known(0.3), known(0.3), orderSerial},
+		{"at the serial threshold", known(0.5), known(0.3), orderSerial},
+		{"more often behind slow answers", known(0.2), known(0.5), orderSerial},
+		{"far less often behind slow answers", known(0.3), known(0.09), orderConcurrent},
+		{"never behind slow answers", known(0.3), known(0), orderConcurrent},
+		{"between", known(0.4), known(0.2), orderUnsure},
+	}
+	for _, tt := range tests {
+		if got := mixedOrder(tt.afterQuick, tt.after); got != tt.want {
+			t.Errorf("%s: mixedOrder(%+v, %+v) = %v, want %v", tt.name, tt.afterQuick, tt.after, got, tt.want)
+		}
+	}
+}
+
+// TestGapRate: the rate is the mean of the first serialMixKnown samples,
+// then moves by 1/serialMixWindow of each new one.
+func TestGapRate(t *testing.T) {
+	var r gapRate
+	for i := range serialMixKnown {
+		r.add(i%4 == 0)
+	}
+	if want := 0.25; r.n != serialMixKnown || math.Abs(r.rate-want) > 1e-9 {
+		t.Fatalf("after %d samples: n = %d, rate = %v, want %d, %v", serialMixKnown, r.n, r.rate, serialMixKnown, want)
+	}
+	r.add(true)
+	if want := 0.25 + 0.75/serialMixWindow; r.n != serialMixKnown || math.Abs(r.rate-want) > 1e-9 {
+		t.Fatalf("one more: n = %d, rate = %v, want %d, %v", r.n, r.rate, serialMixKnown, want)
 	}
 }
 

@@ -228,13 +228,14 @@ type attempt struct {
 	behind  bool     // others were in flight: the request was pipelined
 	sentAt  monoTime // for a pipelined request, when it joined the fifo
 
-	// Set by the reader for a sampled pipelined request when its headers
-	// arrive (timed): how long after the response ahead of it ended
-	// (pool.go, noteOrderLocked).
-	gap   time.Duration
-	timed bool
-	// writeGap is how long after the request ahead of it a sampled
-	// pipelined request joined the fifo, set by send under pconn.mu.
+	// Set by the reader for a pipelined request when its headers arrive
+	// (timed): how long after the response ahead of it ended (gap), and
+	// how long after the request joined the fifo that one ended (shadow;
+	// pool.go, noteOrderLocked).
+	gap, shadow time.Duration
+	timed       bool
+	// writeGap is how long after the request ahead of it a pipelined
+	// request joined the fifo, set by send under pconn.mu.
 	writeGap time.Duration
 	// ka is the Keep-Alive hint of the response, if it had one, set by the
 	// reader before it reports the headers.
