@@ -85,6 +85,7 @@ type hostPool struct {
 	// mixAfterQuick and mixAfterSlow: how often pipelined answers came
 	// serialMixGap after a quick or a slow answer ahead (mixedOrder).
 	mixAfterQuick, mixAfterSlow gapRate
+	serialMixed                 bool          // the serial verdict came from them (holprotect.go, serialDepth)
 	dialTook                    time.Duration // the shortest successful dial: about a round trip
 	// bodyAvg is a moving average of the host's response bodies of
 	// declared length, in bytes (holprotect.go, bytesDepth); 0 until one.
@@ -827,11 +828,14 @@ func (p *hostPool) noteOrderLocked(gap, writeGap, shadow time.Duration) {
 	switch mixedOrder(p.mixAfterQuick, p.mixAfterSlow) {
 	case orderSerial:
 		p.serialUntil = now.Add(serialVerdictFor)
+		p.serialMixed = true
 	case orderConcurrent:
 		p.serialUntil = time.Time{}
+		p.serialMixed = false
 	case orderUnsure:
 		// Neither: the verdict holds until it expires.
 	default:
+		p.serialMixed = false
 		switch {
 		case p.serial >= serialThreshold:
 			p.serialUntil = now.Add(serialVerdictFor)

@@ -314,18 +314,19 @@ func TestSerialVerdict(t *testing.T) {
 		name    string
 		answers []s
 		want    bool
+		mixed   bool // the verdict came from the mixed rates: not pipelined (serialDepth)
 	}{
-		{"serial server, burst", rep(5, s{ms, 0, 0}), true},
-		{"concurrent server, burst", rep(20, s{10 * us, 0, 0}), false},
-		{"closed loop: writes spaced as answers", rep(20, s{ms, ms, 0}), false},
-		{"too few", rep(4, s{ms, 0, 0}), false},
-		{"revoked by answers that came together", append(rep(5, s{ms, 0, 0}), rep(4, s{10 * us, 0, 0})...), false},
-		{"one answer read late does not revoke", append(append(rep(5, s{ms, 0, 0}), s{0, 0, 0}), rep(2, s{ms, 0, 0})...), true},
-		{"serial server, mixed service times", mixed(2*serialMixKnown, true), true},
-		{"serial server, mixed, too few to tell", mixed(2*serialMixKnown-2, true), false},
-		{"concurrent server, mixed service times", mixed(2*serialMixKnown, false), false},
-		{"serial, mixed, a run of quick answers does not revoke", append(mixed(2*serialMixKnown, true), rep(8, s{10 * us, 0, 0})...), true},
-		{"score's verdict overruled by mixed evidence", append(mixed(4*serialMixKnown, false), rep(5, s{ms, 0, 0})...), false},
+		{"serial server, burst", rep(5, s{ms, 0, 0}), true, false},
+		{"concurrent server, burst", rep(20, s{10 * us, 0, 0}), false, false},
+		{"closed loop: writes spaced as answers", rep(20, s{ms, ms, 0}), false, false},
+		{"too few", rep(4, s{ms, 0, 0}), false, false},
+		{"revoked by answers that came together", append(rep(5, s{ms, 0, 0}), rep(4, s{10 * us, 0, 0})...), false, false},
+		{"one answer read late does not revoke", append(append(rep(5, s{ms, 0, 0}), s{0, 0, 0}), rep(2, s{ms, 0, 0})...), true, false},
+		{"serial server, mixed service times", mixed(2*serialMixKnown, true), true, true},
+		{"serial server, mixed, too few to tell", mixed(2*serialMixKnown-2, true), false, false},
+		{"concurrent server, mixed service times", mixed(2*serialMixKnown, false), false, false},
+		{"serial, mixed, a run of quick answers does not revoke", append(mixed(2*serialMixKnown, true), rep(8, s{10 * us, 0, 0})...), true, true},
+		{"score's verdict overruled by mixed evidence", append(mixed(4*serialMixKnown, false), rep(5, s{ms, 0, 0})...), false, false},
 	}
 	for _, tt := range tests {
 		p := newHostPool(nil, poolKey{})
@@ -334,6 +335,9 @@ func TestSerialVerdict(t *testing.T) {
 		}
 		if got := p.serialLocked(); got != tt.want {
 			t.Errorf("%s: serial = %v, want %v", tt.name, got, tt.want)
+		}
+		if got := p.serialLocked() && p.serialMixed; got != tt.mixed {
+			t.Errorf("%s: serial and mixed = %v, want %v", tt.name, got, tt.mixed)
 		}
 	}
 }

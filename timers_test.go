@@ -638,18 +638,26 @@ func TestSerialDepth(t *testing.T) {
 	tests := []struct {
 		depth     int
 		dial, gap time.Duration
+		mixed     bool
 		want      int
 	}{
-		{10, 100 * time.Microsecond, ms, 2}, // a round trip within a service time
-		{10, 0, ms, 2},
-		{10, 50 * ms, 10 * ms, 6}, // the next request is there after 5 service times
-		{10, 500 * ms, ms, 10},    // at most the configured depth
-		{10, ms, 0, 10},           // no service time known
-		{2, 50 * ms, ms, 2},
+		{10, 100 * time.Microsecond, ms, false, 2}, // a round trip within a service time
+		{10, 0, ms, false, 2},
+		{10, 50 * ms, 10 * ms, false, 6}, // the next request is there after 5 service times
+		{10, 500 * ms, ms, false, 10},    // at most the configured depth
+		{10, ms, 0, false, 10},           // no service time known
+		{2, 50 * ms, ms, false, 2},
+		{10, 100 * time.Microsecond, 40 * ms, false, 2}, // alike service times: one behind
+		{10, 100 * time.Microsecond, 40 * ms, true, 1},  // mixed: none behind
+		{10, 100 * time.Microsecond, ms, true, 1},       // 10 round trips
+		{10, 200 * time.Microsecond, ms, true, 2},       // 5 round trips: one behind
+		{10, 50 * ms, 40 * ms, true, 3},                 // far: pipelined as before
+		{10, 0, 40 * ms, true, 2},                       // no dial measured
+		{10, ms, 0, true, 10},
 	}
 	for _, tt := range tests {
-		if got := serialDepth(tt.depth, tt.dial, tt.gap); got != tt.want {
-			t.Errorf("serialDepth(%d, %v, %v) = %d, want %d", tt.depth, tt.dial, tt.gap, got, tt.want)
+		if got := serialDepth(tt.depth, tt.dial, tt.gap, tt.mixed); got != tt.want {
+			t.Errorf("serialDepth(%d, %v, %v, %t) = %d, want %d", tt.depth, tt.dial, tt.gap, tt.mixed, got, tt.want)
 		}
 	}
 }
