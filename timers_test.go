@@ -633,6 +633,82 @@ func TestTimerSerialHostEarlyResend(t *testing.T) {
 	})
 }
 
+// TestTimerMixedSerialHost: a server that runs a connection's requests
+// one at a time, 40% of them slow, gets the serial verdict from the mixed
+// rates (the score alone stays under its threshold) and is then not
+// pipelined: nothing is written behind an unanswered request, so a quick
+// request never waits behind a slow one (serialDepth).
+func TestTimerMixedSerialHost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var behind atomic.Int32 // requests written before the one ahead was answered
+		srv := &memServer{handle: func(_ int, c net.Conn, br *bufio.Reader) {
+			for {
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				if br.Buffered() > 0 {
+					behind.Add(1)
+				}
+				if strings.HasPrefix(req.URL.Path, "/s") {
+					time.Sleep(30 * time.Millisecond)
+				}
+				answer(c, req)
+			}
+		}}
+		dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+			time.Sleep(time.Millisecond) // a round trip: service times span 30
+			return srv.dial(ctx, network, addr)
+		}
+		tr := NewTransport(TransportOptions{DialContext: dial, MaxConnsPerHost: 2, PipelineConnsPerHost: 2, PipelineDepth: 4})
+		defer tr.Close()
+		burst := func() {
+			var answers []<-chan string
+			for i := range 16 {
+				path := fmt.Sprintf("/q%d", i)
+				if k := i % 5; k == 1 || k == 3 {
+					path = fmt.Sprintf("/s%d", i)
+				}
+				answers = append(answers, memGet(tr, path))
+			}
+			for _, ch := range answers {
+				if got := <-ch; strings.HasPrefix(got, "error") {
+					t.Fatal(got)
+				}
+			}
+		}
+		burst()
+		p := poolOf(tr, "mem.test:80")
+		state := func() (serial, mixed bool, depth int) {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			return p.serialLocked(), p.serialMixed, p.depthLocked()
+		}
+		for i := 0; ; i++ {
+			burst()
+			if serial, mixed, _ := state(); serial && mixed {
+				break
+			}
+			if i == 100 {
+				p.mu.Lock()
+				t.Fatalf("no mixed serial verdict: score %.2f, after quick %+v, after slow %+v", p.serial, p.mixAfterQuick, p.mixAfterSlow)
+			}
+		}
+		if _, _, depth := state(); depth != 1 {
+			t.Errorf("depth = %d, want 1", depth)
+		}
+		behind.Store(0)
+		for range 5 {
+			burst()
+		}
+		if n := behind.Load(); n != 0 {
+			t.Errorf("%d requests written behind an unanswered one, want 0", n)
+		}
+		tr.Close()
+		time.Sleep(time.Second) // the server's goroutines end
+	})
+}
+
 func TestSerialDepth(t *testing.T) {
 	const ms = time.Millisecond
 	tests := []struct {
