@@ -792,8 +792,14 @@ func (h *h2Host) do(req *http.Request, gotConnFired bool, queued *RequestEvent) 
 // (h2_bundle.go; unexported there, so matched by text).
 const (
 	h2ErrConnUnusable = "http2: client conn not usable"
-	h2ErrGotGoAway    = "http2: Transport received Server's graceful shutdown GOAWAY"
-	h2ErrFromPeer     = "received from peer"
+	// A new connection that closed before its first stream began (a
+	// server's idle timeout that ran out while the connection waited to
+	// be used, under load): nothing was sent. net/http's HTTP/2 client
+	// ends its own retry loop on it; here it is sent again like the other
+	// h2Ended failures, within h2Retry's waits and h2MaxRetries.
+	h2ErrConnNotEstablished = "http2: client conn could not be established"
+	h2ErrGotGoAway          = "http2: Transport received Server's graceful shutdown GOAWAY"
+	h2ErrFromPeer           = "received from peer"
 
 	h2CodeProtocol      = 0x1 // RFC 9113 §7 PROTOCOL_ERROR
 	h2CodeRefusedStream = 0x7 // RFC 9113 §7 REFUSED_STREAM
@@ -828,7 +834,7 @@ func h2Classify(err error) h2Failure {
 	if err == nil {
 		return h2Final
 	}
-	if s := err.Error(); s == h2ErrConnUnusable || s == h2ErrGotGoAway {
+	if s := err.Error(); s == h2ErrConnUnusable || s == h2ErrConnNotEstablished || s == h2ErrGotGoAway {
 		return h2Ended
 	}
 	var se h2StreamError

@@ -806,6 +806,7 @@ func TestH2Classify(t *testing.T) {
 	}{
 		{nil, h2Final},
 		{errors.New(h2ErrConnUnusable), h2Ended},
+		{errors.New(h2ErrConnNotEstablished), h2Ended}, // a new connection closed before its first stream
 		{errors.New(h2ErrGotGoAway), h2Ended},
 		{fmt.Errorf("wrapped: %w", h2StreamError{StreamID: 3, Code: h2CodeRefusedStream}), h2Refused},
 		{h2StreamError{StreamID: 3, Code: h2CodeProtocol, Cause: errors.New(h2ErrFromPeer)}, h2PeerProtocol},
