@@ -352,7 +352,7 @@ func (p *hostPool) depthLocked() int {
 	}
 	d := p.t.depth
 	if d > 2 && p.serialLocked() {
-		d = serialDepth(d, p.dialTook, p.serialGap, p.serialMixed)
+		d = serialDepth(d, p.dialTook, p.serviceGapLocked(), p.serialMixed)
 	}
 	return bytesDepth(d, p.bodyAvg)
 }

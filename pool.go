@@ -86,6 +86,7 @@ type hostPool struct {
 	// serialMixGap after a quick or a slow answer ahead (mixedOrder).
 	mixAfterQuick, mixAfterSlow gapRate
 	serialMixed                 bool          // the serial verdict came from them (holprotect.go, serialDepth)
+	mixGap                      time.Duration // moving average of their gaps of serialMinGap or more
 	dialTook                    time.Duration // the shortest successful dial: about a round trip
 	// bodyAvg is a moving average of the host's response bodies of
 	// declared length, in bytes (holprotect.go, bytesDepth); 0 until one.
@@ -796,30 +797,40 @@ const (
 // request per answer (a closed loop), the writes are spaced as the answers
 // are, and both kinds of server answer alike: such samples say nothing.
 func (p *hostPool) noteOrderLocked(gap, writeGap, shadow time.Duration) {
-	if writeGap >= serialMinGap/2 {
-		return
-	}
-	sample := 0.0
-	if gap >= serialMinGap {
-		sample = 1
-		if p.serialGap == 0 {
-			p.serialGap = gap
-		}
-		p.serialGap += (gap - p.serialGap) / 4
-	}
-	// A moving score: a verdict after 5 serial samples in a row, renewed
-	// while they last; revoked once most samples show the server running
-	// requests at once (the verdict was wrong, or the server changed), so
-	// that a server whose answers only sometimes look serial (variable
-	// service times) is soon pipelined fully again. A single sample may
-	// mislead either way: answers read late come together.
-	p.serial += (sample - p.serial) / 4
+	// The mixed rates (mixedOrder) take every pipelined answer, however
+	// its request was written: the shadow says how long it waited behind
+	// the answer ahead.
 	long := gap >= serialMixGap
 	switch {
 	case shadow < serialMixGap/4:
 		p.mixAfterQuick.add(long)
 	case shadow >= serialMixShadow:
 		p.mixAfterSlow.add(long)
+	}
+	if gap >= serialMinGap {
+		if p.mixGap == 0 {
+			p.mixGap = gap
+		}
+		p.mixGap += (gap - p.mixGap) / 4
+	}
+	scored := writeGap < serialMinGap/2
+	if scored {
+		sample := 0.0
+		if gap >= serialMinGap {
+			sample = 1
+			if p.serialGap == 0 {
+				p.serialGap = gap
+			}
+			p.serialGap += (gap - p.serialGap) / 4
+		}
+		// A moving score: a verdict after 5 serial samples in a row,
+		// renewed while they last; revoked once most samples show the
+		// server running requests at once (the verdict was wrong, or the
+		// server changed), so that a server whose answers only sometimes
+		// look serial (variable service times) is soon pipelined fully
+		// again. A single sample may mislead either way: answers read late
+		// come together.
+		p.serial += (sample - p.serial) / 4
 	}
 	// Where service times are mixed, the score says nothing: a quick
 	// answer comes right after the one ahead from either kind of server.
@@ -836,6 +847,9 @@ func (p *hostPool) noteOrderLocked(gap, writeGap, shadow time.Duration) {
 		// Neither: the verdict holds until it expires.
 	default:
 		p.serialMixed = false
+		if !scored {
+			return
+		}
 		switch {
 		case p.serial >= serialThreshold:
 			p.serialUntil = now.Add(serialVerdictFor)
@@ -843,6 +857,17 @@ func (p *hostPool) noteOrderLocked(gap, writeGap, shadow time.Duration) {
 			p.serialUntil = time.Time{}
 		}
 	}
+}
+
+// serviceGapLocked is the host's service time as its answers show it,
+// for a host judged serial: under a verdict from the mixed rates, a
+// moving average of every pipelined answer's gap (mixGap), else of the
+// gaps the score took (serialGap). p.mu must be held.
+func (p *hostPool) serviceGapLocked() time.Duration {
+	if p.serialMixed {
+		return p.mixGap
+	}
+	return p.serialGap
 }
 
 // Mixed service times. A server that runs a connection's requests one at
@@ -1021,7 +1046,7 @@ func (p *hostPool) gainsLocked() bool {
 	if p.burst && time.Duration(monoNow()-p.burstStart) >= p.burstWaitLocked() {
 		return false // the burst had no answer within its wait
 	}
-	if p.serialUntil.IsZero() || p.serialGap < serialDialGap {
+	if p.serialUntil.IsZero() || p.serviceGapLocked() < serialDialGap {
 		return true
 	}
 	if time.Now().After(p.serialUntil) {

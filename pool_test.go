@@ -310,6 +310,14 @@ func TestSerialVerdict(t *testing.T) {
 		}
 		return out
 	}
+	// spaced gives answers whose requests were written a service time
+	// after the one ahead: the score takes none, the mixed rates all.
+	spaced := func(answers []s) []s {
+		for i := range answers {
+			answers[i].writeGap = ms
+		}
+		return answers
+	}
 	tests := []struct {
 		name    string
 		answers []s
@@ -324,6 +332,8 @@ func TestSerialVerdict(t *testing.T) {
 		{"one answer read late does not revoke", append(append(rep(5, s{ms, 0, 0}), s{0, 0, 0}), rep(2, s{ms, 0, 0})...), true, false},
 		{"serial server, mixed service times", mixed(2*serialMixKnown, true), true, true},
 		{"serial server, mixed, too few to tell", mixed(2*serialMixKnown-2, true), false, false},
+		{"serial server, mixed, writes spaced as answers", spaced(mixed(2*serialMixKnown, true)), true, true},
+		{"concurrent server, mixed, writes spaced as answers", spaced(mixed(2*serialMixKnown, false)), false, false},
 		{"concurrent server, mixed service times", mixed(2*serialMixKnown, false), false, false},
 		{"serial, mixed, a run of quick answers does not revoke", append(mixed(2*serialMixKnown, true), rep(8, s{10 * us, 0, 0})...), true, true},
 		{"score's verdict overruled by mixed evidence", append(mixed(4*serialMixKnown, false), rep(5, s{ms, 0, 0})...), false, false},
