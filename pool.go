@@ -790,12 +790,14 @@ const (
 
 // noteOrderLocked records the answer of a pipelined request that arrived
 // gap after the answer ahead of it ended, and was written writeGap after
-// the request ahead of it, shadow before that answer ended. Only a request
-// written right behind the one ahead tells the two kinds of server apart:
-// one that runs requests at once answers both together, one that runs
-// them one at a time answers a service time apart. When callers write one
-// request per answer (a closed loop), the writes are spaced as the answers
-// are, and both kinds of server answer alike: such samples say nothing.
+// the request ahead of it, shadow before that answer ended. For the
+// score, only a request written right behind the one ahead tells the two
+// kinds of server apart: one that runs requests at once answers both
+// together, one that runs them one at a time answers a service time
+// apart. When callers write one request per answer (a closed loop), the
+// writes are spaced as the answers are, and both kinds of server answer
+// alike: such samples say nothing to the score. The mixed rates take them
+// all (below).
 func (p *hostPool) noteOrderLocked(gap, writeGap, shadow time.Duration) {
 	// The mixed rates (mixedOrder) take every pipelined answer, however
 	// its request was written: the shadow says how long it waited behind
@@ -885,7 +887,10 @@ func (p *hostPool) serviceGapLocked() time.Duration {
 // so pipelined it 4 deep, each slow answer holding 3 requests where
 // net/http holds none (the mixed load: p99 1.1-1.2x net/http's, max
 // 1.2-1.3x). Measured on a Go server and on Node (which runs them at
-// once), 5 loads each: ratios 0.62-1.74 against 0.21-0.45.
+// once), 5 loads each: ratios 0.62-1.74 against 0.21-0.45 from the
+// score's samples; from every answer, in the mixed load, 0.66 (aiohttp)
+// to 1.03 (nginx) against Node's 0.33-0.39 (docs/design.md has a load
+// that reads serial from a server that is not).
 const (
 	serialMixGap     = 5 * time.Millisecond
 	serialMixShadow  = 4 * serialMixGap
