@@ -351,7 +351,7 @@ func (p *hostPool) depthLocked() int {
 		return 1
 	}
 	d := p.t.depth
-	if d > 2 && p.serialLocked() {
+	if d > 1 && p.serialLocked() {
 		d = serialDepth(d, p.dialTook, p.serviceGapLocked(), p.serialMixed)
 	}
 	return bytesDepth(d, p.bodyAvg)
@@ -406,10 +406,6 @@ func (p *hostPool) noteBodyLocked(n int64) {
 // their own, earned at the same rate: a late head with several requests
 // behind it spends more than it earns on moving them, and a shared budget
 // left nothing for copies at depths above 2.
-// serialAloneGaps is how many round trips (dials) a mixed serial host's
-// service time must span for it not to be pipelined (serialDepth).
-const serialAloneGaps = 10
-
 const (
 	serialHOLGaps = 20
 	serialHOLMin  = 10 * time.Millisecond
@@ -440,6 +436,10 @@ func (p *hostPool) holAfterLocked() time.Duration {
 func (p *hostPool) serialLocked() bool {
 	return !p.serialUntil.IsZero() && time.Now().Before(p.serialUntil)
 }
+
+// serialAloneGaps is how many round trips a mixed serial host's service
+// time must span for it not to be pipelined (serialDepth).
+const serialAloneGaps = 10
 
 // serialDepth is the depth for a host that runs a connection's requests
 // one at a time (pool.go, noteOrderLocked), whose service time is about

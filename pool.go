@@ -837,10 +837,9 @@ func (p *hostPool) noteOrderLocked(gap, writeGap, shadow time.Duration) {
 	// Where service times are mixed, the score says nothing: a quick
 	// answer comes right after the one ahead from either kind of server.
 	// The two rates do (mixedOrder); while they are known, they decide.
-	now := time.Now()
 	switch mixedOrder(p.mixAfterQuick, p.mixAfterSlow) {
 	case orderSerial:
-		p.serialUntil = now.Add(serialVerdictFor)
+		p.serialUntil = time.Now().Add(serialVerdictFor)
 		p.serialMixed = true
 	case orderConcurrent:
 		p.serialUntil = time.Time{}
@@ -854,7 +853,7 @@ func (p *hostPool) noteOrderLocked(gap, writeGap, shadow time.Duration) {
 		}
 		switch {
 		case p.serial >= serialThreshold:
-			p.serialUntil = now.Add(serialVerdictFor)
+			p.serialUntil = time.Now().Add(serialVerdictFor)
 		case p.serial < serialRevoke:
 			p.serialUntil = time.Time{}
 		}
