@@ -10,6 +10,7 @@ import (
 	"os"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -325,14 +326,22 @@ func readBody(t *testing.T, resp *http.Response) string {
 }
 
 // memServer serves every connection the transport dials with handle, over
-// memPipe. It counts the dials.
+// memPipe. It counts the dials. With oneWay set, a dial takes a round trip
+// (twice oneWay) and bytes take oneWay to cross in each direction: a
+// server far away.
 type memServer struct {
 	handle func(n int, c net.Conn, br *bufio.Reader)
 	dials  atomic.Int32
+	oneWay time.Duration
 }
 
 func (s *memServer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	client, server := memPipe()
+	if s.oneWay > 0 {
+		time.Sleep(2 * s.oneWay)
+		client.(*memConn).r.latency = s.oneWay
+		client.(*memConn).w.latency = s.oneWay
+	}
 	n := int(s.dials.Add(1))
 	go func() {
 		defer server.Close()
@@ -424,6 +433,28 @@ type memBuf struct {
 	closed   bool      // no more writes: reads drain, then EOF
 	deadline time.Time // read deadline
 	timer    *time.Timer
+
+	// latency, set before use: how long written bytes take to become
+	// readable; inFlight holds them meanwhile, in order.
+	latency  time.Duration
+	inFlight []memChunk
+}
+
+type memChunk struct {
+	b   []byte
+	due time.Time
+}
+
+// arrive makes the bytes in flight that are due readable, in order.
+func (b *memBuf) arrive() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := time.Now()
+	for len(b.inFlight) > 0 && !b.inFlight[0].due.After(now) {
+		b.data = append(b.data, b.inFlight[0].b...)
+		b.inFlight = b.inFlight[1:]
+	}
+	b.cond.Broadcast()
 }
 
 func newMemBuf() *memBuf {
@@ -449,7 +480,7 @@ func (c *memConn) Read(p []byte) (int, error) {
 			b.data = b.data[n:]
 			return n, nil
 		}
-		if b.closed {
+		if b.closed && len(b.inFlight) == 0 {
 			return 0, io.EOF
 		}
 		if !b.deadline.IsZero() && !time.Now().Before(b.deadline) {
@@ -472,6 +503,11 @@ func (c *memConn) Write(p []byte) (int, error) {
 	defer b.mu.Unlock()
 	if b.closed {
 		return 0, syscall.EPIPE
+	}
+	if b.latency > 0 {
+		b.inFlight = append(b.inFlight, memChunk{slices.Clone(p), time.Now().Add(b.latency)})
+		time.AfterFunc(b.latency, b.arrive)
+		return len(p), nil
 	}
 	b.data = append(b.data, p...)
 	b.cond.Broadcast()

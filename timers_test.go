@@ -133,6 +133,46 @@ func TestTimerFirstAnswer(t *testing.T) {
 	}
 }
 
+// TestTimerFarHost sends a burst to a server 50 ms away (a dial takes a
+// round trip) that runs a connection's requests one at a time, 20 ms
+// each. net/http, dialing a connection per request, answers every request
+// of the burst in a dial, a round trip and a service time: 120 ms. No
+// answer can come within firstAnswerWait over such a round trip, so the
+// requests beyond PipelineConnsPerHost dial at once (answerWait) instead
+// of waiting for the first answer: when they waited up to twice the dial
+// time, the cold burst took 260 ms and the warm one 230 ms.
+func TestTimerFarHost(t *testing.T) {
+	const oneWay, service = 25 * time.Millisecond, 20 * time.Millisecond
+	const netHTTP = 4*oneWay + service
+	tests := []struct {
+		warm    bool
+		wantMax time.Duration
+	}{
+		// The first dial's time is not known until it ends: the rest
+		// wait firstAnswerWait from its start, then dial.
+		{false, netHTTP + firstAnswerWait},
+		{true, netHTTP},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("warm %v", tt.warm), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := &memServer{oneWay: oneWay, handle: memServeSerial(func(string) time.Duration { return service })}
+				tr := NewTransport(TransportOptions{DialContext: srv.dial, PipelineConnsPerHost: 2, PipelineDepth: 4})
+				defer tr.Close()
+				if tt.warm {
+					if got := <-memGet(tr, "/warm"); got != "/warm" {
+						t.Fatalf("/warm = %q", got)
+					}
+					synctest.Wait()
+				}
+				if took := memBurst(t, tr, 6); took > tt.wantMax {
+					t.Errorf("burst answered in %v, want at most %v (net/http: %v)", took, tt.wantMax, netHTTP)
+				}
+			})
+		})
+	}
+}
+
 // TestTimerStreamBurst sends streams at once: chunked answers whose first
 // chunk comes at once and whose end comes 900 ms later, from a server
 // that runs a connection's requests one at a time. Each caller must get
