@@ -105,7 +105,7 @@ type hostPool struct {
 	// another while it could dial; once graceEnd has passed without an
 	// answer, it dials as to a serial host.
 	answered   bool
-	graceEnd   time.Time   // zero until the first dial starts
+	graceEnd   time.Time   // zero until the first connection is established
 	graceTimer *time.Timer // dispatches the waiters at graceEnd, or at a burst's wait's end
 	// A burst (see burstWait): a request was given a connection while
 	// the answered host had nothing in flight, at burstStart, and no
@@ -196,7 +196,6 @@ func (p *hostPool) startDialLocked(reqCtx context.Context) {
 		p.dials = make(map[*dialHandle]struct{})
 	}
 	p.dials[d] = struct{}{}
-	p.startGraceLocked()
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
@@ -256,6 +255,7 @@ func (p *hostPool) joinUnlock(c *pconn, took time.Duration) {
 	if p.dialTook == 0 || took < p.dialTook {
 		p.dialTook = took
 	}
+	p.startGraceLocked(took)
 	p.startIdleTimerLocked(c)
 	p.t.wg.Add(1)
 	go c.readLoop()
@@ -954,14 +954,15 @@ func mixedOrder(afterQuick, afterSlow gapRate) order {
 // written behind another, while it could dial (MaxConnsPerHost), waits
 // unwritten instead: for a connection that becomes idle, or for the host's
 // first answer, after which it is pipelined as usual; and if no answer
-// comes within answerWait of the host's first dial, it dials, as net/http
+// comes within answerWait of the host's first connection, it dials, as net/http
 // would, until the first answer. A fast server near by costs a burst one
 // round trip; a slow one, a few milliseconds on top of net/http's time; a
 // server far away (a dial of firstAnswerWait or more), nothing.
 const firstAnswerWait = 5 * time.Millisecond
 
 // answerWait returns how long a request that could dial waits for an
-// answer (the host's first, or its burst's) from the start of that wait,
+// answer (the host's first, or its burst's) from the start of that wait
+// (the host's first connection, or the burst's start),
 // given the host's dial time (0: none yet). The wait is the latency traded
 // for connections, and no more than firstAnswerWait. An answer comes a
 // round trip after its request's write at the soonest, and a dial takes
@@ -980,15 +981,13 @@ func answerWait(dial time.Duration) time.Duration {
 }
 
 // startGraceLocked starts the wait for the host's first answer when its
-// first dial starts: the requests of the host's first burst arrive then.
-// The timer is set even for no wait, so that the waiters it leaves (the
-// dispatch that started the dial read the host's state before) dial at
-// once.
-func (p *hostPool) startGraceLocked() {
+// first connection is established, took being that connection's dial.
+// The timer is set even for no wait, so that the waiters dial at once.
+func (p *hostPool) startGraceLocked(took time.Duration) {
 	if p.answered || !p.graceEnd.IsZero() {
 		return
 	}
-	d := answerWait(p.dialTook)
+	d := answerWait(took)
 	p.graceEnd = time.Now().Add(d)
 	p.armGraceLocked(d)
 }
