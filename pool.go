@@ -954,16 +954,16 @@ func mixedOrder(afterQuick, afterSlow gapRate) order {
 // written behind another, while it could dial (MaxConnsPerHost), waits
 // unwritten instead: for a connection that becomes idle, or for the host's
 // first answer, after which it is pipelined as usual; and if no answer
-// comes within answerWait of the host's first connection, it dials, as net/http
-// would, until the first answer. A fast server near by costs a burst one
+// comes within answerWait of the host's first connection, it dials, as
+// net/http would, until the first answer. A fast server near by costs a burst one
 // round trip; a slow one, a few milliseconds on top of net/http's time; a
 // server far away (a dial of firstAnswerWait or more), nothing.
 const firstAnswerWait = 5 * time.Millisecond
 
 // answerWait returns how long a request that could dial waits for an
 // answer (the host's first, or its burst's) from the start of that wait
-// (the host's first connection, or the burst's start),
-// given the host's dial time (0: none yet). The wait is the latency traded
+// (the host's first connection, or the burst's start), given the host's
+// dial time (0: none yet). The wait is the latency traded
 // for connections, and no more than firstAnswerWait. An answer comes a
 // round trip after its request's write at the soonest, and a dial takes
 // about one (TCP's handshake; TLS adds more): when the host's dial takes
@@ -971,7 +971,7 @@ const firstAnswerWait = 5 * time.Millisecond
 // waiting would only add to the dial that follows. A burst of 20 GETs over
 // a 50 ms round trip (20 ms answers, a Go server) took 1.6-2 times
 // net/http's time when it waited up to twice the dial time (the wait's
-// rule until session 41): the answer came after 70 ms, and the rest were
+// earlier rule): the answer came after 70 ms, and the rest were
 // then pipelined or dialed.
 func answerWait(dial time.Duration) time.Duration {
 	if dial >= firstAnswerWait {
@@ -982,14 +982,17 @@ func answerWait(dial time.Duration) time.Duration {
 
 // startGraceLocked starts the wait for the host's first answer when its
 // first connection is established, took being that connection's dial.
-// The timer is set even for no wait, so that the waiters dial at once.
+// With no wait, the dispatch that follows (joinUnlock) lets the waiters
+// dial.
 func (p *hostPool) startGraceLocked(took time.Duration) {
 	if p.answered || !p.graceEnd.IsZero() {
 		return
 	}
 	d := answerWait(took)
 	p.graceEnd = time.Now().Add(d)
-	p.armGraceLocked(d)
+	if d > 0 {
+		p.armGraceLocked(d)
+	}
 }
 
 // armGraceLocked sets graceTimer to dispatch the waiters in d: at the end

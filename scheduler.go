@@ -345,13 +345,9 @@ func (p *hostPool) dispatchLocked() {
 			noPipe = c == nil
 		}
 		if c != nil {
-			burst := p.burst
 			info := p.assignLocked(c, w.a)
 			p.waiters.removeAt(i)
 			w.give(waitResult{c: c, info: info})
-			if p.burst != burst {
-				gains = p.gainsLocked() // a burst began: its wait may be none (answerWait)
-			}
 			continue
 		}
 		if solo(w.a) {
