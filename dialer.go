@@ -311,13 +311,21 @@ func (t *Transport) dialHTTPProxy(ctx context.Context, key poolKey) (net.Conn, *
 	return conn, state, nil
 }
 
-// dialTCP dials addr with DialContext or the default dialer.
+// dialTCP dials addr with DialContext or the default dialer, stamping a
+// pool dial's first hop (firstHop).
 func (t *Transport) dialTCP(ctx context.Context, addr string) (net.Conn, error) {
 	dial := t.opts.DialContext
 	if dial == nil {
 		dial = defaultDialer.DialContext
 	}
+	hop, _ := ctx.Value(firstHopKey{}).(*firstHop)
+	if hop != nil {
+		hop.begin()
+	}
 	conn, err := dial(ctx, "tcp", addr)
+	if hop != nil {
+		hop.end()
+	}
 	if err == nil && conn == nil {
 		err = errors.New("pipelined: DialContext returned (nil, nil)")
 	}

@@ -282,6 +282,26 @@ func (h *h2Host) beginAdopt() {
 	h.mu.Unlock()
 }
 
+// servesLocked reports whether h has a connection that takes requests, or
+// one being adopted or dialed; p.mu is held (the lock order allows h.mu
+// inside).
+func (h *h2Host) servesLocked() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.demoted.Load() || h.closed {
+		return false
+	}
+	if h.dialing > 0 {
+		return true
+	}
+	for _, c := range h.conns {
+		if c.takesLocked(false) {
+			return true
+		}
+	}
+	return false
+}
+
 // adopt takes a connection the HTTP/1 pool dialed and found to be HTTP/2
 // (state is nil for h2c), announced by beginAdopt. It closes conn on
 // failure.
@@ -1154,6 +1174,15 @@ func (p *hostPool) h2Dialed(d *dialHandle, conn net.Conn, state *tls.ConnectionS
 		return
 	}
 	h := p.h2HostLocked()
+	if h.servesLocked() {
+		// One of the dials a far host's waiters started (farDialLocked)
+		// while another's connection serves: extra, closed, as net/http's
+		// HTTP/2 pool closes one (it would only spread streams).
+		p.dispatchLocked()
+		p.mu.Unlock()
+		conn.Close()
+		return
+	}
 	h.demoted.Store(false) // if it had turned back to HTTP/1.1
 	h.beginAdopt()         // requests that find p.h2 set wait for this connection
 	p.mu.Unlock()

@@ -3,10 +3,12 @@ package pipelined
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"regexp"
 	"runtime"
@@ -18,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/net/http2"
 )
 
 // This file holds the helpers every test file shares: the one scripted raw
@@ -328,11 +332,14 @@ func readBody(t *testing.T, resp *http.Response) string {
 // memServer serves every connection the transport dials with handle, over
 // memPipe. It counts the dials. With oneWay set, a dial takes a round trip
 // (twice oneWay) and bytes take oneWay to cross in each direction: a
-// server far away.
+// server far away. With tls set, connections speak TLS (memTLS), and one
+// that negotiates h2 is served by h2 (x/net/http2's server).
 type memServer struct {
 	handle func(n int, c net.Conn, br *bufio.Reader)
 	dials  atomic.Int32
 	oneWay time.Duration
+	tls    *tls.Config
+	h2     http.Handler
 }
 
 func (s *memServer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -345,9 +352,31 @@ func (s *memServer) dial(ctx context.Context, network, addr string) (net.Conn, e
 	n := int(s.dials.Add(1))
 	go func() {
 		defer server.Close()
+		if s.tls != nil {
+			tc := tls.Server(server, s.tls)
+			if tc.Handshake() != nil {
+				return
+			}
+			if tc.ConnectionState().NegotiatedProtocol == "h2" {
+				new(http2.Server).ServeConn(tc, &http2.ServeConnOpts{Handler: s.h2})
+				return
+			}
+			server = tc
+		}
 		s.handle(n, server, bufio.NewReader(server))
 	}()
 	return client, nil
+}
+
+// memTLS returns a server certificate for example.com (httptest's) and a
+// client configuration that trusts it, for memServer.tls. Call it outside
+// a synctest bubble: it starts and closes an httptest server.
+func memTLS(t *testing.T) (tls.Certificate, *tls.Config) {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(nil)
+	srv.StartTLS()
+	defer srv.Close()
+	return srv.TLS.Certificates[0], tlsRoots(srv)
 }
 
 // memServeSerial returns a memServer handler that answers the requests of
@@ -371,10 +400,16 @@ func memServeSerial(delay func(path string) time.Duration) func(int, net.Conn, *
 // gets its own path back, and returns how long the burst took.
 func memBurst(t *testing.T, tr *Transport, n int) time.Duration {
 	t.Helper()
+	return memBurstTo(t, tr, "", n)
+}
+
+// memBurstTo is memBurst to origin ("https://example.com"; "": memGet's).
+func memBurstTo(t *testing.T, tr *Transport, origin string, n int) time.Duration {
+	t.Helper()
 	start := time.Now()
 	var answers []<-chan string
 	for i := range n {
-		answers = append(answers, memGet(tr, fmt.Sprintf("/%d", i)))
+		answers = append(answers, memGet(tr, fmt.Sprintf("%s/%d", origin, i)))
 	}
 	for i, ch := range answers {
 		if got, want := <-ch, fmt.Sprintf("/%d", i); got != want {

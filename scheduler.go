@@ -203,7 +203,10 @@ func (p *hostPool) canDialLocked(pipelineable bool) bool {
 	if p.closed {
 		return false
 	}
-	if p.dialing > 0 && !p.learned && p.t.offersH2(p.key) { // dial one, learn the protocol, then decide
+	if h := p.h2.Load(); h != nil && !h.demoted.Load() && !h.gone.Load() {
+		return false // the host speaks HTTP/2: the waiters move there (h2Dialed)
+	}
+	if p.dialing > 0 && !p.learned && !p.farLocked() && p.t.offersH2(p.key) { // dial one, learn the protocol, then decide
 		return false
 	}
 	n := len(p.conns) + p.dialing
@@ -311,6 +314,7 @@ func (p *hostPool) dispatchLocked() {
 	if p.waiters.len() == 0 {
 		return
 	}
+	p.farDialLocked()
 	covered := p.dialing
 	depth := p.depthLocked()
 	gains := p.gainsLocked()

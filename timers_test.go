@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -140,8 +141,10 @@ func TestTimerFirstAnswer(t *testing.T) {
 // answer can come within firstAnswerWait over such a round trip, so the
 // requests beyond PipelineConnsPerHost dial at once (answerWait) instead
 // of waiting for the first answer: when they waited up to twice the dial
-// time, the cold burst took 260 ms and the warm one 230 ms; now 170 (a dial
-// more than net/http's) and 120.
+// time, the cold burst took 260 ms and the warm one 230 ms; then 170 (a
+// dial more than net/http's: the rest waited for the first connection)
+// and 120; now the cold one 140 (the rest dial once the first dial has
+// been under way for farHop).
 func TestTimerFarHost(t *testing.T) {
 	const oneWay, service = 25 * time.Millisecond, 20 * time.Millisecond
 	const netHTTP = 4*oneWay + service
@@ -149,9 +152,9 @@ func TestTimerFarHost(t *testing.T) {
 		warm    bool
 		wantMax time.Duration
 	}{
-		// The first dial's time is not known until it ends: the rest
-		// wait for it, then dial.
-		{false, netHTTP + 2*oneWay},
+		// The first dial has not connected within farHop: the rest
+		// dial then (farDialLocked).
+		{false, netHTTP + farHop},
 		{true, netHTTP},
 	}
 	for _, tt := range tests {
@@ -168,6 +171,56 @@ func TestTimerFarHost(t *testing.T) {
 				}
 				if took := memBurst(t, tr, 6); took > tt.wantMax {
 					t.Errorf("burst answered in %v, want at most %v (net/http: %v)", took, tt.wantMax, netHTTP)
+				}
+			})
+		})
+	}
+}
+
+// TestTimerFarHostTLS sends a burst to an https host far away and not
+// known yet. The requests beyond the first must not wait for the first
+// connection's ALPN to dial (farDialLocked): an HTTP/1.1 server answers
+// them in about net/http's time (before: 270 ms, a TCP dial and a TLS
+// handshake more). An HTTP/2 server keeps one connection: the extra
+// dials' connections are closed (h2Dialed), as net/http's are.
+func TestTimerFarHostTLS(t *testing.T) {
+	const oneWay, service = 25 * time.Millisecond, 20 * time.Millisecond
+	// A TCP round trip, TLS's, then the request's and its service.
+	const netHTTP = 6*oneWay + service
+	cert, roots := memTLS(t)
+	tests := []struct {
+		alpn      []string
+		wantProto string
+		wantOpen  int
+	}{
+		{[]string{"http/1.1"}, "HTTP/1.1", 6},
+		{[]string{"h2", "http/1.1"}, "HTTP/2.0", 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.wantProto, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				slow := func(w http.ResponseWriter, r *http.Request) {
+					time.Sleep(service)
+					io.WriteString(w, r.URL.Path)
+				}
+				srv := &memServer{
+					oneWay: oneWay,
+					tls:    &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: tt.alpn},
+					h2:     http.HandlerFunc(slow),
+					handle: memServeSerial(func(string) time.Duration { return service }),
+				}
+				tr := NewTransport(TransportOptions{DialContext: srv.dial, TLSClientConfig: roots, PipelineConnsPerHost: 2, PipelineDepth: 4})
+				defer func() {
+					tr.Close()
+					time.Sleep(oneWay) // the close_notify alerts reach the server, which ends
+				}()
+				if took := memBurstTo(t, tr, "https://example.com", 6); took > netHTTP+farHop {
+					t.Errorf("burst answered in %v, want at most %v (net/http: %v)", took, netHTTP+farHop, netHTTP)
+				}
+				synctest.Wait()
+				s := tr.Stats()["https://example.com:443"]
+				if s.Protocol != tt.wantProto || s.Open != tt.wantOpen {
+					t.Errorf("Stats: protocol %s, %d open; want %s, %d", s.Protocol, s.Open, tt.wantProto, tt.wantOpen)
 				}
 			})
 		})
