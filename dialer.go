@@ -237,11 +237,13 @@ func (e *ProxyConnectError) Error() string {
 // request that started the dial (and so its httptrace hooks) and is
 // cancelled only by Transport.Close.
 func (t *Transport) dial(ctx context.Context, key poolKey) (net.Conn, *tls.ConnectionState, error) {
+	hop := hopOf(ctx)
 	if key.proxyScheme == "" {
 		if key.scheme == "https" && t.opts.DialTLSContext != nil {
 			return t.dialTLSHook(ctx, key.addr, t.offersH2(key))
 		}
 		conn, err := t.dialTCP(ctx, key.addr)
+		hop.end()
 		if err != nil {
 			return nil, nil, err
 		}
@@ -255,18 +257,23 @@ func (t *Transport) dial(ctx context.Context, key poolKey) (net.Conn, *tls.Conne
 	var state *tls.ConnectionState
 	var err error
 	if key.proxyScheme == "socks5" || key.proxyScheme == "socks5h" {
-		conn, err = t.dialSOCKS(ctx, key)
+		conn, err = t.dialSOCKS(ctx, key) // the proxy connects to the target
+		hop.end()
 	} else {
 		conn, state, err = t.dialHTTPProxy(ctx, key)
 	}
 	if err != nil {
+		hop.end()
 		return nil, nil, err
 	}
 	if key.forwardProxy() {
+		hop.end()
 		return conn, state, nil
 	}
 	if key.proxyScheme == "http" || key.proxyScheme == "https" {
-		if err := t.connectTunnel(ctx, conn, key); err != nil {
+		err := t.connectTunnel(ctx, conn, key) // the proxy connects to the target
+		hop.end()
+		if err != nil {
 			conn.Close()
 			return nil, nil, err
 		}
@@ -311,21 +318,15 @@ func (t *Transport) dialHTTPProxy(ctx context.Context, key poolKey) (net.Conn, *
 	return conn, state, nil
 }
 
-// dialTCP dials addr with DialContext or the default dialer, stamping a
-// pool dial's first hop (firstHop).
+// dialTCP dials addr with DialContext or the default dialer, stamping the
+// start of a pool dial's first hop (firstHop).
 func (t *Transport) dialTCP(ctx context.Context, addr string) (net.Conn, error) {
 	dial := t.opts.DialContext
 	if dial == nil {
 		dial = defaultDialer.DialContext
 	}
-	hop, _ := ctx.Value(firstHopKey{}).(*firstHop)
-	if hop != nil {
-		hop.begin()
-	}
+	hopOf(ctx).begin()
 	conn, err := dial(ctx, "tcp", addr)
-	if hop != nil {
-		hop.end()
-	}
 	if err == nil && conn == nil {
 		err = errors.New("pipelined: DialContext returned (nil, nil)")
 	}

@@ -221,6 +221,7 @@ func TestH2BurstDialsOnce(t *testing.T) {
 	h, inHandler, release := heldHandler()
 	srv, accepted := h2TestServer(t, h2Prefer, h, nil)
 	tr := NewTransport(TransportOptions{TLSClientConfig: tlsRoots(srv)})
+	tr.farHop = time.Hour // a slow loopback connect under -race is not a far host
 	var dials atomic.Int32
 	const n = 50
 	var wg sync.WaitGroup
@@ -265,6 +266,7 @@ func TestH2BurstSpreadsOverConns(t *testing.T) {
 	h, inHandler, release := heldHandler()
 	srv, accepted := h2TestServer(t, h2Prefer, h, &http.HTTP2Config{MaxConcurrentStreams: streams})
 	tr := NewTransport(TransportOptions{TLSClientConfig: tlsRoots(srv), MaxConnsPerHost: conns})
+	tr.farHop = time.Hour // a slow loopback connect under -race is not a far host
 	defer tr.Close()
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -930,6 +932,7 @@ func TestH2ThroughConnectProxy(t *testing.T) {
 			p := newHTTPProxy(t, proxyTLS, "")
 			pu, _ := url.Parse(p.URL)
 			tr := newTestTransport(t, TransportOptions{Proxy: http.ProxyURL(pu), TLSClientConfig: tlsRoots(srv)})
+			tr.farHop = time.Hour // a slow tunnel under -race is not a far host
 			h2Parallel(t, tr, srv.URL, 10)
 			if a, c := accepted.Load(), p.conns.Load(); a != 1 || c != 1 {
 				t.Errorf("origin accepted %d connections, proxy %d; want 1", a, c)

@@ -169,22 +169,40 @@ type dialHandle struct {
 	hop       firstHop // the dial's first hop (farDialLocked)
 }
 
-// firstHop is the time of a dial's first hop (DialContext: TCP to the host
-// or its proxy), stamped by the dialing goroutine (dialTCP, through the
-// context key firstHopKey) and read by the pool. A dial through
+// firstHop is the time of a dial's way to its target, before TLS with it:
+// the TCP connect (DialContext), or, through a proxy, the connect to the
+// proxy and the proxy's to the target (SOCKS, CONNECT; through a forward
+// proxy, to the proxy only). Each takes a round trip to the target at
+// least. It is stamped by the dialing goroutine (Transport.dial, through
+// the context key firstHopKey) and read by the pool. A dial through
 // DialTLSContext has none.
 type firstHop struct {
-	start atomic.Int64 // monoTime when DialContext was called; 0 before
-	done  atomic.Bool  // DialContext has returned
+	start atomic.Int64 // monoTime when DialContext was first called; 0 before
+	done  atomic.Bool  // the way is made, or failed
 }
 
 // firstHopKey is the context key of a pool dial's *firstHop.
 type firstHopKey struct{}
 
-// begin and end stamp the first hop's call and return; a later hop (the
-// target, after a proxy) stamps nothing.
-func (h *firstHop) begin() { h.start.CompareAndSwap(0, int64(monoNow())) }
-func (h *firstHop) end()   { h.done.Store(true) }
+// hopOf returns the *firstHop of ctx, nil for a dial not the pool's.
+func hopOf(ctx context.Context) *firstHop {
+	h, _ := ctx.Value(firstHopKey{}).(*firstHop)
+	return h
+}
+
+// begin and end stamp the first hop's start and end; begin keeps the
+// first start (a proxy's connect, before the target's).
+func (h *firstHop) begin() {
+	if h != nil {
+		h.start.CompareAndSwap(0, int64(monoNow()))
+	}
+}
+
+func (h *firstHop) end() {
+	if h != nil {
+		h.done.Store(true)
+	}
+}
 
 // pending returns how long the first hop has been under way at now, or 0
 // (not begun, or returned).
@@ -226,7 +244,7 @@ func (p *hostPool) startDialLocked(reqCtx context.Context) {
 	}
 	p.dials[d] = struct{}{}
 	if !p.learned && len(p.dials) == 1 && p.graceEnd.IsZero() {
-		p.armGraceLocked(farHop) // farDialLocked's first look
+		p.armGraceLocked(p.t.farHopLimit()) // farDialLocked's first look
 	}
 	t.wg.Add(1)
 	go func() {
@@ -1016,8 +1034,8 @@ func answerWait(dial time.Duration) time.Duration {
 // beyond the first wait for it: its dial time sets the wait for the first
 // answer (answerWait), and its protocol may be HTTP/2, which takes every
 // request on one connection (canDialLocked). A host whose first dial has
-// not connected its first hop (DialContext: TCP to the host or its proxy)
-// within farHop is far away, or slow to resolve: that wait would
+// made its way to the target (firstHop: TCP, or through a proxy) within
+// farHop is far away, or slow to resolve: that wait would
 // add a dial to net/http's time, and no answer can come sooner than the
 // round trip the dial shows. So the waiters dial at once, as net/http's
 // do, and HTTP/2 connections found extra are closed (h2Dialed), as
@@ -1033,6 +1051,14 @@ func answerWait(dial time.Duration) time.Duration {
 // what net/http pays: a dial per waiting request.
 const farHop = 20 * time.Millisecond
 
+// farHopLimit returns farHop, or what a test set in its place.
+func (t *Transport) farHopLimit() time.Duration {
+	if t.farHop > 0 {
+		return t.farHop
+	}
+	return farHop
+}
+
 // farDialLocked ends the wait for the host's first connection (and the
 // first answer's, answerWait of a far host's dial) if a first hop has
 // been under way for farHop: see farLocked. Until then it sets
@@ -1047,7 +1073,7 @@ func (p *hostPool) farDialLocked() {
 	next := time.Duration(0)
 	for d := range p.dials {
 		if !d.hop.done.Load() {
-			left := farHop - d.hop.pending(now)
+			left := p.t.farHopLimit() - d.hop.pending(now)
 			if left <= 0 {
 				p.graceEnd = time.Now()
 				return

@@ -60,14 +60,20 @@ type proxyRecord struct {
 
 // httpProxy is a minimal HTTP proxy on 127.0.0.1: forward (absolute-form)
 // requests and CONNECT tunnels. It records each request; with wantAuth set
-// it answers 407 to requests without that Proxy-Authorization.
+// it answers 407 to requests without that Proxy-Authorization. With
+// connectHold set (before use), it opens a tunnel that long after its
+// CONNECT, as to a target far away; holding is how many CONNECTs it holds,
+// maxHolding the most at once.
 type httpProxy struct {
 	*httptest.Server
-	wantAuth string
-	mu       sync.Mutex
-	seen     []proxyRecord
-	conns    atomic.Int32
-	fwd      *http.Transport
+	wantAuth    string
+	mu          sync.Mutex
+	seen        []proxyRecord
+	conns       atomic.Int32
+	fwd         *http.Transport
+	connectHold time.Duration
+	holding     atomic.Int32
+	maxHolding  atomic.Int32
 }
 
 func newHTTPProxy(t *testing.T, tls bool, wantAuth string) *httpProxy {
@@ -109,6 +115,13 @@ func (p *httpProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Method == http.MethodConnect {
+		if p.connectHold > 0 {
+			n := p.holding.Add(1)
+			for m := p.maxHolding.Load(); n > m && !p.maxHolding.CompareAndSwap(m, n); m = p.maxHolding.Load() {
+			}
+			time.Sleep(p.connectHold)
+			p.holding.Add(-1)
+		}
 		p.tunnel(w, r)
 		return
 	}
@@ -945,6 +958,62 @@ func TestHTTPProxyConnectRefusalBodies(t *testing.T) {
 				case <-closed:
 				case <-time.After(testTimeout):
 					t.Errorf("the connection to the proxy is still open %v after the refusal", testTimeout)
+				}
+			}
+		})
+	}
+}
+
+// TestFarOriginThroughConnectProxy sends a burst to an https origin behind
+// a CONNECT proxy that opens each tunnel 300 ms after its CONNECT, as a
+// proxy does for a target far away. The burst's requests must dial while
+// the first tunnel opens, as net/http's do, not once it is open and its
+// TLS has said which protocol the origin speaks (farDialLocked: the first
+// hop spans the proxy's connect to the origin); before, the proxy never
+// held two CONNECTs at once. An HTTP/2 origin keeps one connection.
+func TestFarOriginThroughConnectProxy(t *testing.T) {
+	tests := []struct {
+		kind      string
+		wantProto string
+		wantOpen  int
+	}{
+		{h1Only, "HTTP/1.1", 6},
+		{h2Prefer, "HTTP/2.0", 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.kind, func(t *testing.T) {
+			verifyNoLeaks(t)
+			srv, _ := h2TestServer(t, tt.kind, protoHandler(), nil)
+			p := newHTTPProxy(t, false, "")
+			p.connectHold = 300 * time.Millisecond
+			pu, _ := url.Parse(p.URL)
+			tr := newTestTransport(t, TransportOptions{Proxy: http.ProxyURL(pu), TLSClientConfig: tlsRoots(srv)})
+			var wg sync.WaitGroup
+			for range 6 {
+				wg.Go(func() {
+					if resp, err := get(t, tr, srv.URL); err != nil {
+						t.Error(err)
+					} else {
+						io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+					}
+				})
+			}
+			wg.Wait()
+			if n := p.maxHolding.Load(); n < 2 {
+				t.Errorf("the proxy held at most %d CONNECTs at once, want 2 or more", n)
+			}
+			waitFor(t, "the dials' end", func() bool {
+				for _, s := range tr.Stats() {
+					if s.Dialing > 0 {
+						return false
+					}
+				}
+				return true
+			})
+			for k, s := range tr.Stats() {
+				if s.Protocol != tt.wantProto || s.Open != tt.wantOpen {
+					t.Errorf("Stats()[%s]: protocol %s, %d open; want %s, %d", k, s.Protocol, s.Open, tt.wantProto, tt.wantOpen)
 				}
 			}
 		})

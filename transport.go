@@ -291,6 +291,12 @@ type Transport struct {
 	// proven (hostPool.probeLocked): for tests that build a pipeline
 	// behind a stalled head on a new connection.
 	noProbe bool
+	// farHop is how long a host's first dial's first hop takes before the
+	// host counts as far away (pool.go, farDialLocked); 0: the constant
+	// farHop. Tests that count the dials of a burst to a host near by
+	// lengthen it, before the first request: under the race detector a
+	// loopback connect has taken 20 ms.
+	farHop time.Duration
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
