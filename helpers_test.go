@@ -20,8 +20,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/net/http2"
 )
 
 // This file holds the helpers every test file shares: the one scripted raw
@@ -358,7 +356,7 @@ func (s *memServer) dial(ctx context.Context, network, addr string) (net.Conn, e
 				return
 			}
 			if tc.ConnectionState().NegotiatedProtocol == "h2" {
-				new(http2.Server).ServeConn(tc, &http2.ServeConnOpts{Handler: s.h2})
+				serveOneConn(tc, s.h2)
 				return
 			}
 			server = tc
@@ -367,6 +365,41 @@ func (s *memServer) dial(ctx context.Context, network, addr string) (net.Conn, e
 	}()
 	return client, nil
 }
+
+// serveOneConn serves c, a TLS connection that negotiated h2, with an
+// http.Server until c is closed.
+func serveOneConn(c *tls.Conn, h http.Handler) {
+	l := &oneConnListener{c: c, done: make(chan struct{})}
+	srv := &http.Server{Handler: h, ConnState: func(_ net.Conn, st http.ConnState) {
+		if st == http.StateClosed || st == http.StateHijacked {
+			l.Close()
+		}
+	}}
+	srv.Serve(l)
+}
+
+// oneConnListener accepts c once, then nothing until it is closed.
+type oneConnListener struct {
+	c    net.Conn
+	done chan struct{}
+	once sync.Once
+}
+
+func (l *oneConnListener) Accept() (net.Conn, error) {
+	if c := l.c; c != nil {
+		l.c = nil
+		return c, nil
+	}
+	<-l.done
+	return nil, net.ErrClosed
+}
+
+func (l *oneConnListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *oneConnListener) Addr() net.Addr { return memAddr{} }
 
 // memTLS returns a server certificate for example.com (httptest's) and a
 // client configuration that trusts it, for memServer.tls. Call it outside

@@ -1034,10 +1034,10 @@ func answerWait(dial time.Duration) time.Duration {
 // beyond the first wait for it: its dial time sets the wait for the first
 // answer (answerWait), and its protocol may be HTTP/2, which takes every
 // request on one connection (canDialLocked). A host whose first dial has
-// made its way to the target (firstHop: TCP, or through a proxy) within
-// farHop is far away, or slow to resolve: that wait would
-// add a dial to net/http's time, and no answer can come sooner than the
-// round trip the dial shows. So the waiters dial at once, as net/http's
+// not made its way to the target (firstHop: TCP, or through a proxy)
+// within farHop is far away, or slow to resolve: that wait would add a
+// dial to net/http's time, and no answer can come sooner than the round
+// trip the dial shows. So the waiters dial at once, as net/http's
 // do, and HTTP/2 connections found extra are closed (h2Dialed), as
 // net/http's HTTP/2 pool closes them. A burst of 20 GETs over a 50 ms
 // round trip waited one dial more than net/http over http, and two over
