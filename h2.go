@@ -1185,6 +1185,13 @@ func (p *hostPool) h2Dialed(d *dialHandle, conn net.Conn, state *tls.ConnectionS
 	}
 	h.demoted.Store(false) // if it had turned back to HTTP/1.1
 	h.beginAdopt()         // requests that find p.h2 set wait for this connection
+	for o := range p.dials {
+		// Another dial of a far host's first burst (farDialLocked): its
+		// connection would be closed on arrival (above), and its
+		// handshake costs both ends CPU meanwhile.
+		o.abandoned = true
+		o.cancel()
+	}
 	p.mu.Unlock()
 	// Before the waiters move, so that they find it rather than dial.
 	h.adopt(conn, state) // on failure, the waiters dial over there

@@ -338,6 +338,8 @@ type memServer struct {
 	oneWay time.Duration
 	tls    *tls.Config
 	h2     http.Handler
+	// handshakes counts the TLS handshakes completed.
+	handshakes atomic.Int32
 }
 
 func (s *memServer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -355,6 +357,7 @@ func (s *memServer) dial(ctx context.Context, network, addr string) (net.Conn, e
 			if tc.Handshake() != nil {
 				return
 			}
+			s.handshakes.Add(1)
 			if tc.ConnectionState().NegotiatedProtocol == "h2" {
 				serveOneConn(tc, s.h2)
 				return

@@ -181,8 +181,9 @@ func TestTimerFarHost(t *testing.T) {
 // known yet. The requests beyond the first must not wait for the first
 // connection's ALPN to dial (farDialLocked): an HTTP/1.1 server answers
 // them in about net/http's time (before: 270 ms, a TCP dial and a TLS
-// handshake more). An HTTP/2 server keeps one connection: the extra
-// dials' connections are closed (h2Dialed), as net/http's are.
+// handshake more). An HTTP/2 server keeps one connection: the other
+// dials are cancelled once the first connection says h2 (h2Dialed), and
+// any that ends sooner is closed, as net/http closes such connections.
 func TestTimerFarHostTLS(t *testing.T) {
 	const oneWay, service = 25 * time.Millisecond, 20 * time.Millisecond
 	// A TCP round trip, TLS's, then the request's and its service.
@@ -192,9 +193,12 @@ func TestTimerFarHostTLS(t *testing.T) {
 		alpn      []string
 		wantProto string
 		wantOpen  int
+		// wantTLS: the handshakes the server completes; the other dials
+		// to an HTTP/2 server are cancelled once the first says h2.
+		wantTLS int32
 	}{
-		{[]string{"http/1.1"}, "HTTP/1.1", 6},
-		{[]string{"h2", "http/1.1"}, "HTTP/2.0", 1},
+		{[]string{"http/1.1"}, "HTTP/1.1", 6, 6},
+		{[]string{"h2", "http/1.1"}, "HTTP/2.0", 1, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.wantProto, func(t *testing.T) {
@@ -221,6 +225,9 @@ func TestTimerFarHostTLS(t *testing.T) {
 				s := tr.Stats()["https://example.com:443"]
 				if s.Protocol != tt.wantProto || s.Open != tt.wantOpen {
 					t.Errorf("Stats: protocol %s, %d open; want %s, %d", s.Protocol, s.Open, tt.wantProto, tt.wantOpen)
+				}
+				if n := srv.handshakes.Load(); n != tt.wantTLS {
+					t.Errorf("the server completed %d TLS handshakes, want %d", n, tt.wantTLS)
 				}
 			})
 		})
