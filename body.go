@@ -218,6 +218,7 @@ type body struct {
 	end      bool      // the reader is done: err is final
 	err      error
 	closed   bool // the caller closed the body
+	limit    int  // buf grows up to this size (maxReadAhead unless readAhead)
 	trailer  http.Header
 	onClose  func() // set by the reader while streaming: the caller closed early
 	recycled bool
@@ -225,7 +226,7 @@ type body struct {
 }
 
 func newBody(ctx context.Context, dst *http.Response, bufp *[]byte) *body {
-	b := &body{ctx: ctx, dst: dst, bufp: bufp, buf: *bufp}
+	b := &body{ctx: ctx, dst: dst, bufp: bufp, buf: *bufp, limit: maxReadAhead}
 	b.cond.L = &b.mu
 	return b
 }
@@ -386,7 +387,7 @@ func (b *body) Close() error {
 }
 
 // space waits until buf has room for the reader and returns it, growing
-// buf up to maxReadAhead first; it returns nil once the caller has closed
+// buf up to its limit first; it returns nil once the caller has closed
 // the body. Only the connection's reader calls it.
 func (b *body) space() []byte {
 	b.mu.Lock()
@@ -411,7 +412,7 @@ func (b *body) space() []byte {
 			b.r = 0
 			continue
 		}
-		if len(b.buf) < maxReadAhead {
+		if len(b.buf) < b.limit {
 			nb := getBodyBuf(2 * len(b.buf))
 			copy(*nb, b.buf[:b.w])
 			putBodyBuf(b.bufp)
@@ -420,6 +421,22 @@ func (b *body) space() []byte {
 		}
 		b.cond.Wait()
 	}
+}
+
+// isClosed reports whether the caller has closed the body.
+func (b *body) isClosed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closed
+}
+
+// readAhead lets buf grow up to n bytes: a body whose length is not known
+// is read ahead whole while it may be a bounded one (bodyStream.tentative),
+// so that its reader does not wait for the caller to make room.
+func (b *body) readAhead(n int) {
+	b.mu.Lock()
+	b.limit = n
+	b.mu.Unlock()
 }
 
 // commit makes n more bytes of buf readable.

@@ -315,9 +315,13 @@ type connEvents interface {
 	// headers is true). It returns why the connection is closed after it,
 	// or nil if the connection is kept.
 	responseDone(c *pconn, a *attempt, closing, headers bool) error
-	// streaming: the head's body has no end in sight; nothing new may be
-	// placed behind it until responseDone.
-	streaming(c *pconn)
+	// streaming: the head's body, a's, has no end in sight; nothing new
+	// may be placed behind it until responseDone.
+	streaming(c *pconn, a *attempt)
+	// tentative: the head's body, a's, is chunked and has to be read from
+	// the network (bodyStream.tentative): the pool decides whether
+	// requests may be placed behind it meanwhile.
+	tentative(c *pconn, a *attempt)
 	// setSlow: the head has waited past the head-of-line timeout (or no
 	// longer does).
 	setSlow(c *pconn, on bool)
@@ -951,7 +955,10 @@ func (c *pconn) readBody(a *attempt, resp *http.Response, f framing, closing, di
 		// buffer of its size, so that the reader never waits for its
 		// caller to make room before it goes on to the next response.
 		open = true
-		size = 4 << 10
+		// tentative: a chunked body, read ahead whole as if it were
+		// bounded until it shows itself a stream (bodyStream.tentative).
+		tentative bool
+		size      = 4 << 10
 	)
 	switch f.kind {
 	case bodyLength:
@@ -965,14 +972,21 @@ func (c *pconn) readBody(a *attempt, resp *http.Response, f framing, closing, di
 	case bodyChunked:
 		cr = newChunkedReader(c.br, c.t.opts.MaxResponseHeaderBytes)
 		src = cr
+		open, tentative = false, true
+		a.tentative = true // before the pool hears of the head
 	}
-	c.ev.gotHeaders(c, a, closing, !open)
+	// A tentative body counts as an answer only at its end: it may be a
+	// stream (answerLocked).
+	c.ev.gotHeaders(c, a, closing, !open && !tentative)
 	b := newBody(a.r.ctx, resp, getBodyBuf(size))
+	if tentative {
+		b.limit = maxBufferedBody // not yet seen by anyone else
+	}
 	resp.Body = b
 	if !a.deliver(result{resp: resp}) {
 		b.Close() // abandoned: nobody reads it
 	}
-	s := bodyStream{c: c, a: a, b: b, open: open, chunkedOrUntilClose: lr == nil}
+	s := &bodyStream{c: c, a: a, b: b, open: open, tentative: tentative, chunkedOrUntilClose: lr == nil}
 	err := s.pump(src, lr, cr)
 	s.stop()
 	if err != nil {
@@ -993,6 +1007,27 @@ func (c *pconn) readBody(a *attempt, resp *http.Response, f framing, closing, di
 
 // bodyStream copies one response body from the connection into its body
 // buffer.
+//
+// A chunked body may be a stream (server-sent events, a watch) or a
+// bounded answer that its server did not measure first (net/http's server
+// chunks any body over 2 KiB written without a Content-Length, and so do
+// Node's res.write and nginx's gzip). Taken for a stream at its first read
+// from the network, as an open body is, every such answer held its
+// connection while it arrived: nothing was pipelined behind it, and at 16
+// and 64 KiB from a Go server pipelined ran level with net/http, where the
+// same bodies with a Content-Length ran 1.7-1.9 times faster. So a chunked
+// body is tentative: it is read ahead whole, as a body of known length up
+// to maxBufferedBody is, and requests may go behind it, until it shows
+// itself a stream (becomeStream): it grows past maxBufferedBody, or
+// nothing of it arrives for gap (attempt.streamGap, a few round trips:
+// what a bulk transfer's segments never leave between them). Requests go
+// behind it only once the host's chunked answers have proven bounded
+// (hostPool.tentative); what is behind it when it turns out a stream
+// waits for its end or HeadOfLineTimeout, as behind any stream.
+//
+// mu guards waiting, ended and stopCtx, which the stream verdict (its
+// timer's goroutine) and the reader share; lock order: bodyStream.mu,
+// then holGuard.mu, then hostPool.mu (docs/design.md).
 type bodyStream struct {
 	c *pconn
 	a *attempt
@@ -1000,12 +1035,21 @@ type bodyStream struct {
 	// open: the end is not in sight (chunked, until close, or longer than
 	// maxBufferedBody). Its first read from the network makes it a stream.
 	open bool
+	// tentative: a chunked body read ahead until it shows itself a stream
+	// (see above); its first read from the network starts its timers.
+	tentative bool
 	// chunkedOrUntilClose: the body's length is not known in advance.
 	chunkedOrUntilClose bool
-	waiting             bool        // startWaiting ran
-	timed               bool        // startTimer ran
-	stopCtx             func() bool // stops the context watch
-	early               *earlyClose // a known remainder's wait, once it comes from the network
+	timed               bool         // startTimer ran
+	early               *earlyClose  // a known remainder's wait, once it comes from the network
+	got                 atomic.Int64 // bytes of a tentative body read so far
+	seen                int64        // got at the verdict timer's last run (its goroutine only)
+	verdict             *time.Timer  // a tentative body's stream verdict (checkStream)
+
+	mu      sync.Mutex
+	waiting bool        // the body is a stream (startWaiting or becomeStream ran)
+	ended   bool        // stop ran
+	stopCtx func() bool // stops the context watch
 }
 
 // earlyClose bounds the wait for the rest of a body of known length that
@@ -1058,19 +1102,27 @@ func (e *earlyClose) end() {
 // pump copies the body until its end.
 func (s *bodyStream) pump(src io.Reader, lr *io.LimitedReader, cr *chunkedReader) error {
 	c := s.c
-	if s.open {
+	switch {
+	case s.open:
 		c.nr.onRead = s.startWaiting
-	} else {
+	case s.tentative:
+		c.nr.onRead = s.startTentative
+	default:
 		c.nr.onRead = s.startTimer
 	}
 	defer func() { c.nr.onRead = nil }()
 	for {
 		sp := s.b.space()
 		if sp == nil {
-			return c.drain(lr, cr) // closed early by the caller
+			return c.drain(lr, cr, s.tentative && !s.isStream()) // closed early by the caller
 		}
 		n, err := src.Read(sp)
 		s.b.commit(n)
+		if s.tentative && s.got.Add(int64(n)) >= maxBufferedBody && !s.isStream() {
+			// Larger than any body read whole: read on as a stream, as
+			// one of known length this large is.
+			s.becomeStream()
+		}
 		if err == io.EOF {
 			if lr != nil && lr.N > 0 {
 				return io.ErrUnexpectedEOF
@@ -1092,14 +1144,33 @@ func (s *bodyStream) pump(src io.Reader, lr *io.LimitedReader, cr *chunkedReader
 // head-of-line timeout), and its request's cancellation closes the
 // connection, as with net/http, so that the server learns at once.
 func (s *bodyStream) startWaiting() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.streamLocked()
+	s.c.holStartStream(s.a)
+	s.onCloseLocked()
+}
+
+// streamLocked makes the body a stream: its connection takes nothing new
+// until it ends, and its request's cancellation closes the connection.
+// s.mu is held.
+func (s *bodyStream) streamLocked() {
 	s.waiting = true
 	c, a := s.c, s.a
+	g := &c.hol
+	g.mu.Lock() // holFire reads streamed under it
 	a.streamed = true
-	c.ev.streaming(c)
-	c.holStartStream(a)
+	g.mu.Unlock()
+	c.ev.streaming(c, a)
 	if ctx := a.r.ctx; ctx.Done() != nil {
 		s.stopCtx = context.AfterFunc(ctx, func() { c.fail(context.Cause(ctx)) })
 	}
+}
+
+// onCloseLocked installs what the caller's early Close of a stream does.
+// s.mu is held.
+func (s *bodyStream) onCloseLocked() {
+	c, a := s.c, s.a
 	if s.chunkedOrUntilClose {
 		// Closing a body of unknown length early closes the connection
 		// (a stream nobody reads any more). A known remainder is drained
@@ -1115,6 +1186,69 @@ func (s *bodyStream) startWaiting() {
 	s.early.watch(s.b)
 }
 
+// isStream reports whether the body became a stream.
+func (s *bodyStream) isStream() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.waiting
+}
+
+// startTentative runs before the first read from the network of a
+// tentative body: the same timer as for a body read ahead whole (it may
+// trickle), the same wait for the rest of it if its caller closes it
+// early, and the stream verdict.
+func (s *bodyStream) startTentative() {
+	s.c.ev.tentative(s.c, s.a)
+	s.startTimer()
+	s.mu.Lock() // checkStream reads verdict under it
+	s.verdict = time.AfterFunc(s.gap(), s.checkStream)
+	s.mu.Unlock()
+}
+
+// gap is how long nothing of a tentative body may arrive before it is
+// taken for a stream.
+func (s *bodyStream) gap() time.Duration {
+	return max(s.a.streamGap, streamGapMin)
+}
+
+// checkStream is the stream verdict's timer: a tentative body that
+// arrived on since its last run is given as long again; one of which
+// nothing arrived is a stream. What is behind it already waits, as behind
+// any stream, for its end or HeadOfLineTimeout (holFire): moved at once,
+// a request's original still reaches a server that runs a connection's
+// requests one at a time, which serves it after the stream, so that the
+// copy waits a stream's time more for a connection (TestTimerStreamBurst:
+// 1.8 s where net/http's first chunk came after 0.9 s).
+func (s *bodyStream) checkStream() {
+	if got := s.got.Load(); got != s.seen {
+		s.seen = got
+		s.mu.Lock()
+		if !s.ended && !s.waiting {
+			s.verdict.Reset(s.gap())
+		}
+		s.mu.Unlock()
+		return
+	}
+	s.becomeStream()
+}
+
+// becomeStream makes a tentative body a stream, unless it ended or is one
+// already; it reports whether it did.
+func (s *bodyStream) becomeStream() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended || s.waiting {
+		return false
+	}
+	s.streamLocked()
+	s.b.readAhead(maxReadAhead) // a stream's buffer, from now on
+	if s.b.isClosed() {
+		return true // closed early already: its drain has its own wait (earlyClose)
+	}
+	s.onCloseLocked()
+	return true
+}
+
 // startTimer runs before the first read from the network of a body that
 // is read ahead whole: it comes from the network, so it may trickle.
 // Requests may be placed behind it meanwhile; if it is still arriving
@@ -1128,13 +1262,20 @@ func (s *bodyStream) startTimer() {
 }
 
 func (s *bodyStream) stop() {
+	s.mu.Lock()
+	s.ended = true
 	if s.stopCtx != nil {
 		s.stopCtx()
+	}
+	waiting := s.waiting
+	s.mu.Unlock()
+	if s.verdict != nil {
+		s.verdict.Stop()
 	}
 	if s.early != nil {
 		s.early.end()
 	}
-	if s.waiting || s.timed {
+	if waiting || s.timed {
 		s.c.holStop()
 	}
 }
@@ -1142,7 +1283,7 @@ func (s *bodyStream) stop() {
 // drain reads what remains of a body its caller closed early, if that is
 // small and its end is known, so that the connection can be reused (RFC
 // 9112 §9.3); otherwise the connection is closed.
-func (c *pconn) drain(lr *io.LimitedReader, cr *chunkedReader) error {
+func (c *pconn) drain(lr *io.LimitedReader, cr *chunkedReader, tentative bool) error {
 	switch {
 	case lr != nil && lr.N <= maxDrain:
 		_, err := io.Copy(io.Discard, lr)
@@ -1150,6 +1291,19 @@ func (c *pconn) drain(lr *io.LimitedReader, cr *chunkedReader) error {
 			err = io.ErrUnexpectedEOF
 		}
 		return err
+	case cr != nil && tentative:
+		// Not a stream (yet): read on to its end, up to maxDrain, within
+		// the early close's wait (earlyClose), as a known remainder.
+		n, err := io.CopyN(io.Discard, cr, maxDrain)
+		switch {
+		case err == io.EOF:
+			return nil
+		case err != nil:
+			return unexpected(err)
+		case n == maxDrain:
+			return errDrainTooLong
+		}
+		return nil
 	case cr != nil:
 		// Only what has already arrived: an open stream is not drained.
 		for !cr.done && c.br.Buffered() > 0 {

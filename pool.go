@@ -71,6 +71,9 @@ type hostPool struct {
 	// last proven or fell back (holprotect.go, lateHead): one per such
 	// time, whatever came of it.
 	probeCopied bool
+	// chunkBounded counts the host's chunked answers in a row, up to
+	// chunkTrust, that ended without becoming streams (hostPool.tentative).
+	chunkBounded int
 	// lastStreamed: the last answer read in full was a stream
 	// (attempt.streamed): nothing is pipelined until the next one
 	// (stackOnLocked).
@@ -356,6 +359,7 @@ func (p *hostPool) assignLocked(c *pconn, a *attempt) httptrace.GotConnInfo {
 		p.retireLocked(c, closeReasonOf(a.r))
 	}
 	a.holAfter = p.holAfterLocked()
+	a.streamGap = 2 * p.dialTook
 	a.probeAfter = 0
 	if !p.pipeProven && !p.t.noProbe {
 		// Whether a is the probe is known when it joins the fifo
@@ -552,12 +556,15 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers bool) err
 	s.inflight--
 	c.placed.Store(int32(s.inflight))
 	p.lastStreamed = a.streamed
+	if a.tentative && !a.streamed {
+		p.chunkBounded = min(p.chunkBounded+1, chunkTrust)
+	}
 	s.served++
 	s.lastNoBody = a.noBody
 	if s.inflight == 0 {
 		s.probeDrain = false
 	}
-	if a.streamed {
+	if a.streamed || a.heldTentative {
 		// Only a's own stream ends here: after a direct read, the turn
 		// passes on before responseDone, so the reader may already
 		// stream the next answer (direct.go, directDone).
@@ -604,11 +611,38 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers bool) err
 	return put
 }
 
-func (p *hostPool) streaming(c *pconn) {
+func (p *hostPool) streaming(c *pconn, a *attempt) {
 	p.mu.Lock()
+	if a.tentative {
+		p.chunkBounded = 0
+	}
 	c.s.streaming = true
 	p.dispatchLocked() // waiters may dial now (canDialLocked)
 	p.mu.Unlock()
+}
+
+// chunkTrust is how many chunked answers in a row must end without
+// becoming streams before requests are placed behind one still arriving.
+const chunkTrust = 8
+
+// tentative decides whether requests may be placed behind a's chunked
+// body while it is read from the network: only once the host's last
+// chunkTrust chunked answers were bounded ones. Until then, and again
+// after any of them proves a stream, it holds its connection as a stream
+// does, so that nothing waits behind a stream that is just starting (a
+// request placed behind one is moved when the stream pauses, but its
+// original still reaches a server that runs a connection's requests one
+// at a time, which serves it after the stream: a stream's time more on
+// that connection).
+func (p *hostPool) tentative(c *pconn, a *attempt) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.chunkBounded >= chunkTrust || c.s.streaming {
+		return
+	}
+	c.s.streaming = true
+	a.heldTentative = true
+	p.dispatchLocked() // waiters may dial now (canDialLocked)
 }
 
 func (p *hostPool) setSlow(c *pconn, on bool) {

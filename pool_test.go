@@ -452,7 +452,7 @@ func TestPoolStreamingMarkOwnResponse(t *testing.T) {
 		p := newHostPool(tr, poolKey{})
 		c := &pconn{t: tr}
 		c.s.assigned, c.s.inflight, c.s.active = 2, 2, true
-		p.streaming(c) // a body on c became a stream: a's, or the next answer's
+		p.streaming(c, &attempt{}) // a body on c became a stream: a's, or the next answer's
 		a := &attempt{r: &request{pipelineable: true}, place: 1, streamed: streamed}
 		p.responseDone(c, a, false, true)
 		p.mu.Lock()

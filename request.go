@@ -240,6 +240,16 @@ type attempt struct {
 	// ka is the Keep-Alive hint of the response, if it had one, set by the
 	// reader before it reports the headers.
 	ka *keepAliveHint
+	// tentative: its answer is chunked (bodyStream.tentative), set by the
+	// reader before it reports the headers. heldTentative: the pool took
+	// the answer's connection for a stream's while it was read from the
+	// network (hostPool.tentative), set and read under hostPool.mu.
+	tentative, heldTentative bool
+	// streamGap is how long nothing of a chunked answer may arrive before
+	// the answer is taken for a stream (bodyStream.tentative), set by the
+	// pool when it places a: two of the host's round trips (its shortest
+	// dial), at least streamGapMin.
+	streamGap time.Duration
 	// streamed: its body became a stream (bodyStream.startWaiting), set by
 	// the reader before it tells the pool, which clears the connection's
 	// streaming mark with a's answer only.

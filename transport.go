@@ -55,6 +55,13 @@ const (
 	// reader reads of it ahead of its caller.
 	maxReadAhead = 64 << 10
 
+	// streamGapMin is the least time nothing of a chunked body may arrive
+	// before the body is taken for a stream (bodyStream.tentative). The
+	// segments of a bulk transfer come microseconds apart over a loopback
+	// or a LAN, and about a round trip apart at worst over a far link
+	// (TCP's slow start): the host's round trips set the gap above this.
+	streamGapMin = 5 * time.Millisecond
+
 	// maxDrain is the largest remainder of a body that is read and
 	// discarded to keep a connection when the body is closed early.
 	maxDrain = 256 << 10
