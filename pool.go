@@ -463,7 +463,10 @@ func quietClosed(err error, unanswered, answered int, headIdle bool, idle time.D
 
 func (p *hostPool) gotHeaders(c *pconn, a *attempt, closing, bounded bool) {
 	p.mu.Lock()
-	if bounded {
+	// A chunked answer from a host whose chunked answers proved bounded
+	// (hostPool.tentative) counts as one at its head, as a body of known
+	// length read whole does.
+	if bounded || a.tentative && p.chunkBounded >= chunkTrust {
 		p.answerLocked()
 	} else {
 		a.answerAtEnd = true

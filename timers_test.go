@@ -10,6 +10,8 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptrace"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -886,5 +888,79 @@ func testHedgeBudget(t *testing.T, hedge bool) {
 	// the option, whatever the re-sends spent, and empty without it.
 	if want := map[bool]float64{false: 0, true: hedgeBurst}[hedge]; p.copyBudget != want {
 		t.Errorf("copy budget %v, want %v", p.copyBudget, want)
+	}
+}
+
+// TestTimerChunkedReadAhead: a chunked answer whose rest is still coming
+// (a bounded one its server did not measure, as net/http's server sends
+// any body over 2 KiB) has a request placed behind it once the host's
+// chunked answers have proven bounded (chunkTrust in a row), and not
+// before; one that pauses for longer than its gap is a stream, and the
+// host's trust starts again. One connection, depth 4: each round sends a
+// request, and a second one while the first's answer is half written.
+// The second's GotConn says whether it was written behind the first
+// answer (a connection not idle) or held until that answer ended.
+func TestTimerChunkedReadAhead(t *testing.T) {
+	const half = 2 * time.Millisecond // the pause inside a bounded answer
+	tests := []struct {
+		rounds     int
+		streamAt   int // the round whose first answer pauses 50 ms (a stream), -1 none
+		wantBehind []bool
+	}{
+		// 2 chunked answers a round: trusted after 4 rounds.
+		{6, -1, []bool{false, false, false, false, true, true}},
+		// A stream in round 4 (trusted by then: the request comes in
+		// behind it before it pauses), trust starts again.
+		{8, 4, []bool{false, false, false, false, true, false, false, false}},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("stream at %d", tt.streamAt), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var behind []bool
+				srv := &memServer{handle: func(_ int, c net.Conn, br *bufio.Reader) {
+					for {
+						req, err := http.ReadRequest(br)
+						if err != nil {
+							return
+						}
+						chunk := strings.Repeat("x", 4096)
+						fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n", len(chunk), chunk)
+						pause := half
+						if req.URL.Path == "/stream" {
+							pause = 50 * time.Millisecond
+						}
+						time.Sleep(pause)
+						fmt.Fprintf(c, "%x\r\n%s\r\n0\r\n\r\n", len(chunk), chunk)
+					}
+				}}
+				tr := NewTransport(TransportOptions{DialContext: srv.dial, MaxConnsPerHost: 1, PipelineDepth: 4})
+				tr.noProbe = true // the probe is another matter (TestTimerPipeliningProbe)
+				defer tr.Close()
+				for i := range tt.rounds {
+					first := "/first"
+					if i == tt.streamAt {
+						first = "/stream"
+					}
+					a := memGet(tr, first)
+					time.Sleep(half / 2)
+					var wasIdle bool
+					trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) { wasIdle = info.WasIdle }}
+					req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodGet, "http://mem.test/second", nil)
+					resp, err := tr.RoundTrip(req)
+					if err != nil {
+						t.Fatalf("round %d: second: %v", i, err)
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if got := <-a; strings.HasPrefix(got, "error") {
+						t.Fatalf("round %d: %s", i, got)
+					}
+					behind = append(behind, !wasIdle)
+				}
+				if !slices.Equal(behind, tt.wantBehind) {
+					t.Errorf("second request written behind the first answer, by round: %v, want %v", behind, tt.wantBehind)
+				}
+			})
+		})
 	}
 }
