@@ -423,13 +423,6 @@ func (b *body) space() []byte {
 	}
 }
 
-// isClosed reports whether the caller has closed the body.
-func (b *body) isClosed() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.closed
-}
-
 // readAhead lets buf grow up to n bytes: a body whose length is not known
 // is read ahead whole while it may be a bounded one (bodyStream.tentative),
 // so that its reader does not wait for the caller to make room.

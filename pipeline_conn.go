@@ -1145,10 +1145,15 @@ func (s *bodyStream) pump(src io.Reader, lr *io.LimitedReader, cr *chunkedReader
 // connection, as with net/http, so that the server learns at once.
 func (s *bodyStream) startWaiting() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.streamLocked()
 	s.c.holStartStream(s.a)
-	s.onCloseLocked()
+	closed := !s.onCloseLocked()
+	s.mu.Unlock()
+	if closed {
+		// Closed while the reader was on its way to the network: the
+		// read it is about to make may never return.
+		s.c.fail(errDrainTooLong)
+	}
 }
 
 // streamLocked makes the body a stream: its connection takes nothing new
@@ -1167,23 +1172,21 @@ func (s *bodyStream) streamLocked() {
 	}
 }
 
-// onCloseLocked installs what the caller's early Close of a stream does.
+// onCloseLocked installs what the caller's early Close of a stream does;
+// it reports false if the caller has closed the body already and the
+// connection must be closed (not under s.mu: fail reports to the pool).
 // s.mu is held.
-func (s *bodyStream) onCloseLocked() {
+func (s *bodyStream) onCloseLocked() bool {
 	c, a := s.c, s.a
 	if s.chunkedOrUntilClose {
 		// Closing a body of unknown length early closes the connection
 		// (a stream nobody reads any more). A known remainder is drained
 		// or not by drain.
-		if !s.b.setOnClose(func() { c.fail(errDrainTooLong) }) {
-			// Closed while the reader was on its way to the network: the
-			// read it is about to make may never return.
-			c.fail(errDrainTooLong)
-		}
-		return
+		return s.b.setOnClose(func() { c.fail(errDrainTooLong) })
 	}
 	s.early = &earlyClose{c: c, a: a}
 	s.early.watch(s.b)
+	return true
 }
 
 // isStream reports whether the body became a stream.
@@ -1233,20 +1236,18 @@ func (s *bodyStream) checkStream() {
 }
 
 // becomeStream makes a tentative body a stream, unless it ended or is one
-// already; it reports whether it did.
-func (s *bodyStream) becomeStream() bool {
+// already.
+func (s *bodyStream) becomeStream() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ended || s.waiting {
-		return false
+		return
 	}
 	s.streamLocked()
 	s.b.readAhead(maxReadAhead) // a stream's buffer, from now on
-	if s.b.isClosed() {
-		return true // closed early already: its drain has its own wait (earlyClose)
-	}
+	// Closed early already, its drain has its own wait (earlyClose), and
+	// setOnClose installs nothing.
 	s.onCloseLocked()
-	return true
 }
 
 // startTimer runs before the first read from the network of a body that
