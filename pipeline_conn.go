@@ -975,8 +975,9 @@ func (c *pconn) readBody(a *attempt, resp *http.Response, f framing, closing, di
 		open, tentative = false, true
 		a.tentative = true // before the pool hears of the head
 	}
-	// A tentative body counts as an answer only at its end: it may be a
-	// stream (answerLocked).
+	// A tentative body may be a stream: the pool counts it as an answer
+	// at its end, unless the host's chunked answers proved bounded
+	// (gotHeaders, answerLocked).
 	c.ev.gotHeaders(c, a, closing, !open && !tentative)
 	b := newBody(a.r.ctx, resp, getBodyBuf(size))
 	if tentative {

@@ -632,11 +632,10 @@ const chunkTrust = 8
 // body while it is read from the network: only once the host's last
 // chunkTrust chunked answers were bounded ones. Until then, and again
 // after any of them proves a stream, it holds its connection as a stream
-// does, so that nothing waits behind a stream that is just starting (a
-// request placed behind one is moved when the stream pauses, but its
-// original still reaches a server that runs a connection's requests one
-// at a time, which serves it after the stream: a stream's time more on
-// that connection).
+// does, so that nothing waits behind a stream that is just starting: a
+// request placed behind one waits for the stream's end or
+// HeadOfLineTimeout (bodyStream.checkStream says why it is not moved
+// sooner).
 func (p *hostPool) tentative(c *pconn, a *attempt) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -964,3 +964,56 @@ func TestTimerChunkedReadAhead(t *testing.T) {
 		})
 	}
 }
+
+// TestTimerChunkedEarlyClose: a chunked body closed early while it is
+// still arriving and not taken for a stream is drained, and its
+// connection serves the next request (net/http closes it); one taken for a
+// stream (a pause past its gap) closes its connection, as net/http does.
+func TestTimerChunkedEarlyClose(t *testing.T) {
+	for _, tt := range []struct {
+		pause     time.Duration
+		wantDials int32
+	}{
+		{2 * time.Millisecond, 1},
+		{100 * time.Millisecond, 2},
+	} {
+		t.Run(tt.pause.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := &memServer{handle: func(_ int, c net.Conn, br *bufio.Reader) {
+					for {
+						req, err := http.ReadRequest(br)
+						if err != nil {
+							return
+						}
+						if req.URL.Path != "/chunked" {
+							answer(c, req)
+							continue
+						}
+						chunk := strings.Repeat("x", 4096)
+						fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n", len(chunk), chunk)
+						time.Sleep(tt.pause)
+						fmt.Fprintf(c, "%x\r\n%s\r\n0\r\n\r\n", len(chunk), chunk)
+					}
+				}}
+				tr := NewTransport(TransportOptions{DialContext: srv.dial, MaxConnsPerHost: 1})
+				defer tr.Close()
+				req, _ := http.NewRequest(http.MethodGet, "http://mem.test/chunked", nil)
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := io.ReadFull(resp.Body, make([]byte, 5)); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(time.Millisecond)
+				resp.Body.Close()
+				if got := <-memGet(tr, "/next"); got != "/next" {
+					t.Fatalf("next request: %q", got)
+				}
+				if n := srv.dials.Load(); n != tt.wantDials {
+					t.Errorf("%d dials, want %d", n, tt.wantDials)
+				}
+			})
+		})
+	}
+}
