@@ -54,6 +54,7 @@ type scenario struct {
 	Slow     time.Duration `json:"slow_ns,omitempty"`
 	Hosts    int           `json:"hosts,omitempty"` // listeners, requests spread over them in turn
 	TLS      bool          `json:"tls,omitempty"`
+	Chunked  bool          `json:"chunked,omitempty"` // bodies sent chunked
 	// Track counts on the server the requests that arrive twice.
 	Track bool `json:"track,omitempty"`
 	// Defaults: the clients are built from http.DefaultTransport's
@@ -89,6 +90,9 @@ func (s scenario) String() string {
 		fmt.Fprintf(&b, " (%g%% %v)", s.SlowFrac*100, s.Slow)
 	}
 	fmt.Fprintf(&b, " body=%s", fmtBytes(s.Body))
+	if s.Chunked {
+		b.WriteString(" chunked")
+	}
 	if s.Method != "" && s.Method != http.MethodGet {
 		fmt.Fprintf(&b, " %s", s.Method)
 		if s.ReqBody > 0 {
@@ -128,7 +132,7 @@ func (s scenario) ideal() float64 {
 // serverConfig is the configuration of the scenario's server child; cert
 // and key are the TLS files (for TLS scenarios).
 func (s scenario) serverConfig(cert, key string) serverConfig {
-	cfg := serverConfig{Mode: s.Server, Delay: s.Delay, Body: s.Body, SlowFrac: s.SlowFrac, Slow: s.Slow, Hosts: s.Hosts, Track: s.Track}
+	cfg := serverConfig{Mode: s.Server, Delay: s.Delay, Body: s.Body, SlowFrac: s.SlowFrac, Slow: s.Slow, Hosts: s.Hosts, Track: s.Track, Chunked: s.Chunked}
 	if s.TLS {
 		cfg.TLSCert, cfg.TLSKey = cert, key
 	}

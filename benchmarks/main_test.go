@@ -2,12 +2,14 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httputil"
 	"os"
 	"path/filepath"
 	"strings"
@@ -278,5 +280,20 @@ func TestTLSProtocols(t *testing.T) {
 			t.Errorf("%s: Do = %d, %v", name, n, err)
 		}
 		cl.Close()
+	}
+}
+
+// TestChunk: chunk(body), decoded, is body, in chunks of at most chunkSize.
+func TestChunk(t *testing.T) {
+	for _, n := range []int{1, chunkSize - 1, chunkSize, chunkSize + 1, 3*chunkSize + 7} {
+		body := bytes.Repeat([]byte("x"), n)
+		enc := chunk(body)
+		got, err := io.ReadAll(httputil.NewChunkedReader(bytes.NewReader(enc)))
+		if err != nil || !bytes.Equal(got, body) {
+			t.Errorf("chunk(%d B) decodes to %d B, %v; want %d B", n, len(got), err, n)
+		}
+		if want := (n + chunkSize - 1) / chunkSize; bytes.Count(enc, []byte("\r\n"))/2-1 != want {
+			t.Errorf("chunk(%d B) = %d chunks, want %d", n, bytes.Count(enc, []byte("\r\n"))/2-1, want)
+		}
 	}
 }

@@ -52,7 +52,16 @@ type serverConfig struct {
 	// counted server side (GET /_bench/stats?cell=X answers "requests
 	// distinct").
 	Track bool `json:",omitempty"`
+	// Chunked sends the bodies with Transfer-Encoding: chunked, in chunks
+	// of chunkSize, as a server does for a body written without a
+	// Content-Length (net/http's for one over 2 KiB, Node's res.write,
+	// nginx's gzip).
+	Chunked bool `json:",omitempty"`
 }
+
+// chunkSize is the size of a chunked body's chunks (the last may be
+// shorter).
+const chunkSize = 16 << 10
 
 // testServer is a running test server.
 type testServer struct {
@@ -99,7 +108,7 @@ func startServer(cfg serverConfig) (*testServer, error) {
 	switch cfg.Mode {
 	case modeSerial:
 		srv := &http.Server{
-			Handler:           serialHandler(plan, body, cfg.Track),
+			Handler:           serialHandler(plan, body, cfg.Track, cfg.Chunked),
 			ReadHeaderTimeout: 30 * time.Second,
 			ErrorLog:          nil,
 		}
@@ -132,7 +141,7 @@ func startServer(cfg serverConfig) (*testServer, error) {
 				c.NextProtos = []string{"http/1.1"}
 				ln = tls.NewListener(ln, c)
 			}
-			s := newConcurrentServer(ln, plan, body, tr)
+			s := newConcurrentServer(ln, plan, body, cfg.Chunked, tr)
 			servers = append(servers, s)
 			go s.serve()
 		}
@@ -304,7 +313,7 @@ func (d delayer) next() time.Duration {
 // statsPath answers a tracking server's counts for one cell.
 const statsPath = "/_bench/stats"
 
-func serialHandler(plan delayPlan, body []byte, track bool) http.Handler {
+func serialHandler(plan delayPlan, body []byte, track, chunked bool) http.Handler {
 	clen := strconv.Itoa(len(body))
 	var tr requestTracker
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -319,10 +328,22 @@ func serialHandler(plan delayPlan, body []byte, track bool) http.Handler {
 			time.Sleep(d)
 		}
 		h := w.Header()
-		h["Content-Length"] = []string{clen}
+		if !chunked {
+			h["Content-Length"] = []string{clen}
+		}
 		h["Content-Type"] = []string{"text/plain"}
 		w.WriteHeader(http.StatusOK)
-		w.Write(body)
+		if !chunked {
+			w.Write(body)
+			return
+		}
+		// Each write of chunkSize or more goes out as one chunk (below
+		// 2 KiB in all, net/http sends a Content-Length instead).
+		for b := body; len(b) > 0; {
+			n := min(len(b), chunkSize)
+			w.Write(b[:n])
+			b = b[n:]
+		}
 	})
 }
 
@@ -343,8 +364,12 @@ type concurrentServer struct {
 	wg    sync.WaitGroup
 }
 
-func newConcurrentServer(ln net.Listener, plan delayPlan, body []byte, tr *requestTracker) *concurrentServer {
+func newConcurrentServer(ln net.Listener, plan delayPlan, body []byte, chunked bool, tr *requestTracker) *concurrentServer {
 	head := fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\nContent-Type: text/plain\r\n", len(body))
+	if chunked {
+		head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: text/plain\r\n"
+		body = chunk(body)
+	}
 	resp := append([]byte(head+"\r\n"), body...)
 	last := append([]byte(head+"Connection: close\r\n\r\n"), body...)
 	return &concurrentServer{ln: ln, plan: plan, resp: resp, last: last, tr: tr, conns: make(map[net.Conn]struct{})}
@@ -478,6 +503,20 @@ func (s *concurrentServer) writeLoop(c net.Conn, queue chan *slot) {
 			return
 		}
 	}
+}
+
+// chunk returns body in the chunked coding (RFC 9112 §7.1), in chunks of
+// chunkSize, with its last chunk and no trailer.
+func chunk(body []byte) []byte {
+	var b []byte
+	for len(body) > 0 {
+		n := min(len(body), chunkSize)
+		b = fmt.Appendf(b, "%x\r\n", n)
+		b = append(b, body[:n]...)
+		b = append(b, "\r\n"...)
+		body = body[n:]
+	}
+	return append(b, "0\r\n\r\n"...)
 }
 
 // drain empties queue so that the reader never blocks on it.

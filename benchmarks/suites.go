@@ -26,7 +26,7 @@ import (
 
 // Suites, in the order "all" runs them. Each is a list of scenarios; see
 // suiteScenarios and README.md.
-var suiteNames = []string{"default", "concurrency", "bodies", "p1", "p5", "post", "upload", "slow", "undici", "hosts", "tls"}
+var suiteNames = []string{"default", "concurrency", "bodies", "chunked", "p1", "p5", "post", "upload", "slow", "undici", "hosts", "tls"}
 
 // defaultSuites run when neither a scenario (C/K/P/DELAY) nor a suite is
 // given: about 2.5 minutes on the project's 2-core machine.
@@ -72,6 +72,15 @@ func suiteScenarios(name string, o *options) []scenario {
 	case "bodies":
 		for _, b := range bodySizes {
 			out = append(out, scenario{Server: modeConcurrent, C: 5, K: 10, P: 50, Body: b})
+		}
+	case "chunked":
+		// The bodies suite's sizes from 16 KiB, sent chunked: what a
+		// server sends for a body written without a Content-Length. A
+		// transport cannot know such a body's length before its end.
+		for _, b := range bodySizes {
+			if b >= 16<<10 {
+				out = append(out, scenario{Server: modeConcurrent, C: 5, K: 10, P: 50, Body: b, Chunked: true})
+			}
 		}
 	case "p1":
 		// One caller in a loop, and two: a program that calls a service
