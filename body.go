@@ -19,6 +19,16 @@ type chunkedReader struct {
 	err     error
 	trailer http.Header // received trailer fields, set at EOF
 	limit   int64       // bound on one size line and on the trailer section
+	// raw, if set, is br's own source: with br empty, chunk data is read
+	// from it directly, together with what follows the chunk (readRaw).
+	raw rawReader
+}
+
+// rawReader is the source beneath a bufio.Reader: unread hands bytes
+// read from it back, to be read again first.
+type rawReader interface {
+	io.Reader
+	unread(b []byte)
 }
 
 func newChunkedReader(br *bufio.Reader, limit int64) *chunkedReader {
@@ -26,22 +36,16 @@ func newChunkedReader(br *bufio.Reader, limit int64) *chunkedReader {
 }
 
 func (cr *chunkedReader) Read(p []byte) (int, error) {
-	if cr.err != nil {
-		return 0, cr.err
-	}
-	if cr.done {
-		return 0, io.EOF
-	}
-	if cr.n == 0 {
-		if err := cr.nextChunk(); err != nil {
-			cr.err = err
-			return 0, err
+	if more, err := cr.more(); !more {
+		if err == nil {
+			err = io.EOF
 		}
-		if cr.done {
-			return 0, io.EOF
-		}
+		return 0, err
 	}
 	if int64(len(p)) > cr.n {
+		if cr.raw != nil && cr.br.Buffered() == 0 {
+			return cr.readRaw(p)
+		}
 		p = p[:cr.n]
 	}
 	n, err := cr.br.Read(p)
@@ -53,6 +57,102 @@ func (cr *chunkedReader) Read(p []byte) (int, error) {
 		cr.err = err
 	}
 	return n, err
+}
+
+// more reports whether chunk data is due, reading the next size line if
+// the current chunk is done (and the trailer section after the last); it
+// returns false and nil at the body's end.
+func (cr *chunkedReader) more() (bool, error) {
+	if cr.err != nil {
+		return false, cr.err
+	}
+	if cr.n == 0 && !cr.done {
+		if err := cr.nextChunk(); err != nil {
+			cr.err = err
+			return false, err
+		}
+	}
+	return !cr.done, nil
+}
+
+// readRaw reads the rest of the current chunk into p directly from
+// cr.raw, br being empty, together with what follows it up to br's size:
+// the chunks that follow are decoded in place as long as their size
+// lines are plain and whole there ("\r\n" hex digits "\r\n"), and what is
+// left from the first byte not decoded (a size line cut off or with
+// extensions, the last chunk, the next response) goes back to br through
+// cr.raw. So a read from the network takes a chunk's data and the next
+// size line, or several small chunks. Through br alone, a size line
+// filled br with the start of its chunk's data, and the rest of it came
+// in a read of its own: two reads per chunk (16 KiB chunks of 256 KiB
+// bodies were read at 0.9-0.95 times net/http's speed). Reading further
+// ahead saved few reads more and cost a copy of the data in place.
+func (cr *chunkedReader) readRaw(p []byte) (int, error) {
+	p = p[:min(int64(len(p)), cr.n+int64(cr.br.Size()))]
+	m, err := cr.raw.Read(p)
+	if int64(m) <= cr.n {
+		cr.n -= int64(m)
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		if err != nil {
+			cr.err = err
+		}
+		return m, err
+	}
+	// Past this chunk's data: a read that brought bytes reports no error
+	// (the next read meets it again).
+	w := int(cr.n)
+	cr.n = 0
+	i := w
+	for i < m {
+		size, head := plainChunkHead(p[i:m])
+		if head == 0 || size == 0 {
+			break // for nextChunk: it parses the last chunk and anything else
+		}
+		i += head
+		take := int(min(size, int64(m-i)))
+		copy(p[w:], p[i:i+take])
+		w, i = w+take, i+take
+		cr.n = size - int64(take)
+	}
+	if i < m {
+		cr.raw.unread(p[i:m])
+		// Into br at once (it is empty, and its size bounds what was
+		// read past the chunk): br holds all that came and is not parsed.
+		cr.br.Peek(m - i)
+	}
+	return w, nil
+}
+
+// plainChunkHead parses the end of a chunk's data and the next size line
+// at the start of b when both are plain and whole ("\r\n" 1-15 hex
+// digits "\r\n", RFC 9112 §7.1); it returns the chunk's size and the
+// length of what it parsed, or 0, 0.
+func plainChunkHead(b []byte) (size int64, head int) {
+	if len(b) < 5 || b[0] != '\r' || b[1] != '\n' {
+		return 0, 0
+	}
+	for i := 2; i < len(b); i++ {
+		c := b[i]
+		var d byte
+		switch {
+		case c == '\r' && i > 2 && i+1 < len(b) && b[i+1] == '\n':
+			return size, i + 2
+		case i-2 == 15: // longer: nextChunk's error
+			return 0, 0
+		case '0' <= c && c <= '9':
+			d = c - '0'
+		case 'a' <= c && c <= 'f':
+			d = c - 'a' + 10
+		case 'A' <= c && c <= 'F':
+			d = c - 'A' + 10
+		default:
+			return 0, 0
+		}
+		size = size<<4 | int64(d)
+	}
+	return 0, 0
 }
 
 // nextChunk consumes the CRLF ending the previous chunk, then the next size

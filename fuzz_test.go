@@ -264,3 +264,92 @@ func FuzzPipelineMatch(f *testing.F) {
 		}
 	})
 }
+
+// rawSource is a rawReader over a byte slice that returns at most max
+// bytes per read (0: no bound), as a socket returns what has arrived.
+type rawSource struct {
+	src     *bytes.Reader
+	max     int
+	pending []byte
+}
+
+func (r *rawSource) Read(p []byte) (int, error) {
+	if len(r.pending) > 0 {
+		n := copy(p, r.pending)
+		r.pending = r.pending[n:]
+		return n, nil
+	}
+	if r.max > 0 && len(p) > r.max {
+		p = p[:r.max]
+	}
+	return r.src.Read(p)
+}
+
+func (r *rawSource) unread(b []byte) { r.pending = bytes.Clone(b) }
+
+// decodeChunked reads a chunked body from in with reads of readSize bytes,
+// through a bufio.Reader of brSize bytes, directly from the source when
+// raw (chunkedReader.readRaw); it returns the body, the trailer, whether
+// it ended without error, and the bytes of in consumed.
+func decodeChunked(in []byte, readSize, brSize, sockMax int, raw bool) (body []byte, trailer http.Header, ok bool, consumed int) {
+	src := &rawSource{src: bytes.NewReader(in), max: sockMax}
+	br := bufio.NewReaderSize(src, brSize)
+	cr := newChunkedReader(br, 4<<10)
+	if raw {
+		cr.raw = src
+	}
+	buf := make([]byte, readSize)
+	for len(body) <= len(in) {
+		n, err := cr.Read(buf)
+		body = append(body, buf[:n]...)
+		if err == io.EOF {
+			ok = true
+			break
+		}
+		if err != nil {
+			break
+		}
+	}
+	return body, cr.trailer, ok, len(in) - src.src.Len() - len(src.pending) - br.Buffered()
+}
+
+// FuzzChunkedRaw: decoding chunk data straight from the source, with what
+// follows it decoded in place or handed back (readRaw), gives the body,
+// trailer, verdict and consumed length of decoding through the
+// bufio.Reader alone, whatever the bytes, read sizes and buffer sizes.
+func FuzzChunkedRaw(f *testing.F) {
+	chunked := func(body string, size int) string {
+		var b strings.Builder
+		for len(body) > 0 {
+			n := min(size, len(body))
+			fmt.Fprintf(&b, "%x\r\n%s\r\n", n, body[:n])
+			body = body[n:]
+		}
+		return b.String() + "0\r\n\r\n"
+	}
+	long := strings.Repeat("abcdefghij", 300)
+	for _, s := range []string{
+		chunked(long, 1000) + "HTTP/1.1 200 OK\r\n",
+		chunked(long, 7),
+		chunked(long, 4096) + strings.Repeat("n", 5000),
+		"3\r\nabc\r\n0\r\nX-T: 1\r\n\r\nnext",
+		"400\r\n" + long[:1024] + "\r\n5;ext\r\nhello\r\n0\r\n\r\n",
+		"400\r\n" + long[:1024] + "\r\nA\r\n0123456789\r\n0\r\n\r\n",
+		"400\r\n" + long[:1024] + "\r\n0000000000000010\r\n0123456789abcdef\r\n0\r\n\r\n",
+		"400\r\n" + long[:1024] + "\r\n10 \r\n0123456789abcdef\r\n0\r\n\r\n",
+		"400\r\n" + long[:1024] + "\n10\r\n0123456789abcdef\r\n0\r\n\r\n",
+		"400\r\n" + long[:1024] + "\r\n20\r\n0123",
+	} {
+		f.Add([]byte(s), uint16(4096), uint16(0), uint8(16))
+		f.Add([]byte(s), uint16(100), uint16(33), uint8(64))
+	}
+	f.Fuzz(func(t *testing.T, in []byte, readSize, sockMax uint16, brSize uint8) {
+		rs, bs := max(1, int(readSize)), max(16, int(brSize))
+		body, tr, ok, n := decodeChunked(in, rs, bs, int(sockMax), false)
+		rbody, rtr, rok, rn := decodeChunked(in, rs, bs, int(sockMax), true)
+		if !bytes.Equal(rbody, body) || rok != ok || rn != n || fmt.Sprint(rtr) != fmt.Sprint(tr) {
+			t.Fatalf("raw: %d bytes, ok %v, consumed %d, trailer %v; through br: %d bytes, ok %v, consumed %d, trailer %v",
+				len(rbody), rok, rn, rtr, len(body), ok, n, tr)
+		}
+	})
+}

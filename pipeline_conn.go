@@ -47,6 +47,12 @@ type pconn struct {
 	wc   wireCounter // counts the bytes bw hands to conn
 	lw   limitWriter // writeBody's writer for in-memory bodies, owned with bw
 
+	// chunkHint is the size of the last chunked body read on c (up to
+	// maxBufferedBody): the next one's buffer starts at it, so that one
+	// of the same size grows no buffer (each growth copies). Only the
+	// reader goroutine, which reads bodies, touches it.
+	chunkHint int
+
 	writeLock      chan struct{} // capacity 1: a token held = bw owned
 	pendingWriters atomic.Int32  // writers waiting for writeLock; the last one flushes
 	wdMu           sync.Mutex    // serialises write-deadline changes on cancellation
@@ -241,6 +247,17 @@ type netReader struct {
 	// holds the read turn touches seenWrote.
 	wrote     *atomic.Int64
 	seenWrote int64
+	// pending: bytes read from the network ahead of br and handed back
+	// (unread); Read returns them first. chunkedReader.readRaw hands them
+	// back and moves them into br at once, so that nothing is pending
+	// outside it. Only the goroutine that holds the read turn touches it.
+	pending, pbuf []byte
+}
+
+// unread hands b back, to be read again first.
+func (r *netReader) unread(b []byte) {
+	r.pbuf = append(r.pbuf[:0], b...)
+	r.pending = r.pbuf
 }
 
 // ackStall is how long a read waits, with answers still due, before the
@@ -267,6 +284,11 @@ func (c *pconn) notePipelinedLocked() {
 }
 
 func (r *netReader) Read(p []byte) (int, error) {
+	if len(r.pending) > 0 { // seenWrote was taken when they came
+		n := copy(p, r.pending)
+		r.pending = r.pending[n:]
+		return n, nil
+	}
 	n, err := r.read(p)
 	if n > 0 && r.wrote != nil {
 		r.seenWrote = r.wrote.Load()
@@ -971,7 +993,9 @@ func (c *pconn) readBody(a *attempt, resp *http.Response, f framing, closing, di
 		}
 	case bodyChunked:
 		cr = newChunkedReader(c.br, c.t.opts.MaxResponseHeaderBytes)
+		cr.raw = &c.nr
 		src = cr
+		size = max(size, c.chunkHint)
 		open, tentative = false, true
 		a.tentative = true // before the pool hears of the head
 	}
@@ -990,6 +1014,9 @@ func (c *pconn) readBody(a *attempt, resp *http.Response, f framing, closing, di
 	s := &bodyStream{c: c, a: a, b: b, open: open, tentative: tentative, chunkedOrUntilClose: lr == nil}
 	err := s.pump(src, lr, cr)
 	s.stop()
+	if tentative {
+		c.chunkHint = int(min(s.got.Load(), maxBufferedBody))
+	}
 	if err != nil {
 		if cerr := context.Cause(a.r.ctx); a.r.ctx.Err() != nil && cerr != nil {
 			err = cerr
@@ -1113,13 +1140,25 @@ func (s *bodyStream) pump(src io.Reader, lr *io.LimitedReader, cr *chunkedReader
 	}
 	defer func() { c.nr.onRead = nil }()
 	for {
+		if cr != nil {
+			// The next chunk's size line first: a body that has just
+			// filled its buffer may have ended, and needs no room to
+			// say so.
+			more, err := cr.more()
+			if err != nil {
+				return unexpected(err)
+			}
+			if !more {
+				return nil
+			}
+		}
 		sp := s.b.space()
 		if sp == nil {
 			return c.drain(lr, cr, s.tentative && !s.isStream()) // closed early by the caller
 		}
 		n, err := src.Read(sp)
 		s.b.commit(n)
-		if s.tentative && s.got.Add(int64(n)) >= maxBufferedBody && !s.isStream() {
+		if s.tentative && s.got.Add(int64(n)) > maxBufferedBody && !s.isStream() {
 			// Larger than any body read whole: read on as a stream, as
 			// one of known length this large is.
 			s.becomeStream()

@@ -905,16 +905,20 @@ func TestTimerChunkedReadAhead(t *testing.T) {
 	tests := []struct {
 		rounds     int
 		streamAt   int // the round whose first answer pauses 50 ms (a stream), -1 none
+		size       int // the first answer's body: 4 KiB, a pause, the rest
 		wantBehind []bool
 	}{
 		// 2 chunked answers a round: trusted after 4 rounds.
-		{6, -1, []bool{false, false, false, false, true, true}},
+		{6, -1, 8 << 10, []bool{false, false, false, false, true, true}},
 		// A stream in round 4 (trusted by then: the request comes in
 		// behind it before it pauses), trust starts again.
-		{8, 4, []bool{false, false, false, false, true, false, false, false}},
+		{8, 4, 8 << 10, []bool{false, false, false, false, true, false, false, false}},
+		// As large as a body read whole may be: bounded, as one of
+		// that Content-Length is.
+		{6, -1, maxBufferedBody, []bool{false, false, false, false, true, true}},
 	}
 	for _, tt := range tests {
-		t.Run(fmt.Sprintf("stream at %d", tt.streamAt), func(t *testing.T) {
+		t.Run(fmt.Sprintf("stream at %d size %d", tt.streamAt, tt.size), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				var behind []bool
 				srv := &memServer{handle: func(_ int, c net.Conn, br *bufio.Reader) {
@@ -923,14 +927,17 @@ func TestTimerChunkedReadAhead(t *testing.T) {
 						if err != nil {
 							return
 						}
-						chunk := strings.Repeat("x", 4096)
+						chunk, rest := strings.Repeat("x", 4096), strings.Repeat("y", 4096)
+						if req.URL.Path != "/second" {
+							rest = strings.Repeat("y", tt.size-len(chunk))
+						}
 						fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n", len(chunk), chunk)
 						pause := half
 						if req.URL.Path == "/stream" {
 							pause = 50 * time.Millisecond
 						}
 						time.Sleep(pause)
-						fmt.Fprintf(c, "%x\r\n%s\r\n0\r\n\r\n", len(chunk), chunk)
+						fmt.Fprintf(c, "%x\r\n%s\r\n0\r\n\r\n", len(rest), rest)
 					}
 				}}
 				tr := NewTransport(TransportOptions{DialContext: srv.dial, MaxConnsPerHost: 1, PipelineDepth: 4})
@@ -963,6 +970,65 @@ func TestTimerChunkedReadAhead(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestTimerChunkedBuffer: a chunked body's buffer grows no further than
+// its data needs (the last chunk's size line is read before room is
+// asked for), and the next chunked body on the connection starts with a
+// buffer of the last one's size. Each body is 64 KiB in 16 KiB chunks;
+// the buffer's size is taken once the first chunk has come (the rest
+// comes later) and at the body's end.
+func TestTimerChunkedBuffer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const chunk = 16 << 10
+		srv := &memServer{handle: func(_ int, c net.Conn, br *bufio.Reader) {
+			data := strings.Repeat("x", chunk)
+			for {
+				if _, err := http.ReadRequest(br); err != nil {
+					return
+				}
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n", chunk, data)
+				time.Sleep(time.Millisecond)
+				for range 3 {
+					fmt.Fprintf(c, "%x\r\n%s\r\n", chunk, data)
+				}
+				io.WriteString(c, "0\r\n\r\n")
+			}
+		}}
+		tr := NewTransport(TransportOptions{DialContext: srv.dial, MaxConnsPerHost: 1})
+		defer tr.Close()
+		bufLen := func(b *body) int {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			return len(b.buf)
+		}
+		var got [][2]int
+		for range 2 {
+			req, _ := http.NewRequest(http.MethodGet, "http://mem.test/", nil)
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			synctest.Wait() // the first chunk is read
+			b := resp.Body.(*body)
+			mid := bufLen(b)
+			time.Sleep(2 * time.Millisecond)
+			synctest.Wait() // the rest is read
+			end := bufLen(b)
+			if n, err := io.Copy(io.Discard, resp.Body); n != 4*chunk || err != nil {
+				t.Fatalf("read %d bytes, %v", n, err)
+			}
+			resp.Body.Close()
+			got = append(got, [2]int{mid, end})
+		}
+		want := [][2]int{{chunk, 4 * chunk}, {4 * chunk, 4 * chunk}}
+		if !slices.Equal(got, want) {
+			t.Errorf("buffer sizes (after the first chunk, at the end) = %v, want %v", got, want)
+		}
+		if n := srv.dials.Load(); n != 1 {
+			t.Errorf("%d dials, want 1", n)
+		}
+	})
 }
 
 // TestTimerChunkedEarlyClose: a chunked body closed early while it is

@@ -259,6 +259,7 @@ type options struct {
 	rounds                   int // each client's duration is split into this many rounds
 	timeout                  time.Duration
 	body                     int
+	chunked                  bool // C/K/P/DELAY's bodies are sent chunked
 	servers                  []string
 	clients                  []string
 	noKeepAlive              string
@@ -290,6 +291,7 @@ func main() {
 	fWarm := flag.String("warmup", "", "unmeasured warm-up per client per scenario (env WARMUP, default 200ms)")
 	fTimeout := flag.String("timeout", "", "per-request timeout (env TIMEOUT, default 10s)")
 	fBody := flag.String("body", "", "response body size in bytes (env BODY, default 128)")
+	fChunked := flag.Bool("chunked", false, "send the bodies of C/K/P/DELAY's scenarios chunked (as the chunked suite does)")
 	fServer := flag.String("server", "", "server mode: serial, concurrent or both (env SERVER, default both)")
 	fClients := flag.String("clients", "", "comma list of clients (env CLIENTS, default all); names: "+strings.Join(allClients, ", "))
 	fNoKA := flag.String("nokeepalive", "", `no-keepalive rows (net/http and pipelined with DisableKeepAlives): auto (only with a delay), on, off (env NOKEEPALIVE, default auto)`)
@@ -395,7 +397,7 @@ Flags override environment variables.
 		fmt.Fprintln(os.Stderr, "benchmarks:", err)
 		os.Exit(2)
 	}
-	opts.jsonFile, opts.plotFile = *fJSON, *fPlot
+	opts.jsonFile, opts.plotFile, opts.chunked = *fJSON, *fPlot, *fChunked
 	if err := opts.setRunFlags(*fSuite, *fURL, *fMethod, *fMaxReq, *fDur, *fClients); err != nil {
 		fmt.Fprintln(os.Stderr, "benchmarks:", err)
 		os.Exit(2)
@@ -611,7 +613,7 @@ func (o *options) scenarios() []scenario {
 				for _, k := range o.depths {
 					for _, p := range o.parallels {
 						for _, s := range o.servers {
-							out = append(out, scenario{Server: s, C: c, K: k, P: p, Delay: d, Body: o.body})
+							out = append(out, scenario{Server: s, C: c, K: k, P: p, Delay: d, Body: o.body, Chunked: o.chunked})
 						}
 					}
 				}
