@@ -381,8 +381,9 @@ func bytesDepth(depth int, avg float64) int {
 	return max(2, min(depth, int(pipelineBytes/avg)))
 }
 
-// noteBodyLocked adds a body of declared length n to the host's moving
-// average. p.mu must be held.
+// noteBodyLocked adds a body of n bytes to the host's moving average: one
+// of declared length at its head, a chunked one read whole at its end.
+// p.mu must be held.
 func (p *hostPool) noteBodyLocked(n int64) {
 	if p.bodyAvg == 0 {
 		p.bodyAvg = max(float64(n), 1)

@@ -1015,7 +1015,8 @@ func (c *pconn) readBody(a *attempt, resp *http.Response, f framing, closing, di
 	err := s.pump(src, lr, cr)
 	s.stop()
 	if tentative {
-		c.chunkHint = int(min(s.got.Load(), maxBufferedBody))
+		a.chunkedLen = s.got.Load()
+		c.chunkHint = int(min(a.chunkedLen, maxBufferedBody))
 	}
 	if err != nil {
 		if cerr := context.Cause(a.r.ctx); a.r.ctx.Err() != nil && cerr != nil {

@@ -92,7 +92,8 @@ type hostPool struct {
 	mixGap                      time.Duration // moving average of their gaps of serialMinGap or more
 	dialTook                    time.Duration // the shortest successful dial: about a round trip
 	// bodyAvg is a moving average of the host's response bodies of
-	// declared length, in bytes (holprotect.go, bytesDepth); 0 until one.
+	// declared length, and of chunked ones read whole, in bytes
+	// (holprotect.go, bytesDepth); 0 until one.
 	bodyAvg     float64
 	hedgeBudget float64 // early re-sends allowed (holprotect.go, holAfterLocked)
 	copyBudget  float64 // copies of late heads allowed (holprotect.go, lateHead)
@@ -561,6 +562,9 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers bool) err
 	p.lastStreamed = a.streamed
 	if a.tentative && !a.streamed {
 		p.chunkBounded = min(p.chunkBounded+1, chunkTrust)
+		// Read whole as one of known length is: its size counts for
+		// the host's depth as a declared one does (bytesDepth).
+		p.noteBodyLocked(a.chunkedLen)
 	}
 	s.served++
 	s.lastNoBody = a.noBody

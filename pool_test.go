@@ -490,37 +490,49 @@ func TestBytesDepth(t *testing.T) {
 }
 
 // TestLargeAnswersLowerDepth: a host whose answers are large gets a
-// shallower pipeline (bytesDepth), from the declared lengths of its
-// answers, and its configured depth back once they are small again.
+// shallower pipeline (bytesDepth), from the lengths of its answers
+// (declared, or those of chunked bodies read whole), and its configured
+// depth back once they are small again.
 func TestLargeAnswersLowerDepth(t *testing.T) {
-	verifyNoLeaks(t)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
-		w.Header().Set("Content-Length", strconv.Itoa(n))
-		w.Write(make([]byte, n))
-	}))
-	defer srv.Close()
-	tr := newTestTransport(t, TransportOptions{PipelineDepth: 10})
-	key := srv.URL
-	depthAfter := func(n, times int) int {
-		t.Helper()
-		for range times {
-			resp, err := get(t, tr, fmt.Sprintf("%s/?n=%d", srv.URL, n))
-			if err != nil {
-				t.Fatal(err)
+	for _, chunked := range []bool{false, true} {
+		t.Run(fmt.Sprintf("chunked=%v", chunked), func(t *testing.T) {
+			verifyNoLeaks(t)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+				if !chunked {
+					w.Header().Set("Content-Length", strconv.Itoa(n))
+				} else {
+					w.(http.Flusher).Flush() // chunked, whatever the size
+				}
+				w.Write(make([]byte, n))
+			}))
+			defer srv.Close()
+			tr := newTestTransport(t, TransportOptions{PipelineDepth: 10})
+			key := srv.URL
+			depthAfter := func(n, times int) int {
+				t.Helper()
+				for range times {
+					resp, err := get(t, tr, fmt.Sprintf("%s/?n=%d", srv.URL, n))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got := len(resp.TransferEncoding) > 0; got != chunked {
+						t.Fatalf("chunked answer: %v, want %v", got, chunked)
+					}
+					readBody(t, resp)
+				}
+				return tr.Stats()[key].PipelineDepth
 			}
-			readBody(t, resp)
-		}
-		return tr.Stats()[key].PipelineDepth
-	}
-	if got := depthAfter(128, 3); got != 10 {
-		t.Errorf("depth after 128 B answers = %d, want 10", got)
-	}
-	if got := depthAfter(256<<10, 20); got != 2 {
-		t.Errorf("depth after 256 KiB answers = %d, want 2", got)
-	}
-	if got := depthAfter(128, 40); got != 10 {
-		t.Errorf("depth after small answers again = %d, want 10", got)
+			if got := depthAfter(128, 3); got != 10 {
+				t.Errorf("depth after 128 B answers = %d, want 10", got)
+			}
+			if got := depthAfter(256<<10, 20); got != 2 {
+				t.Errorf("depth after 256 KiB answers = %d, want 2", got)
+			}
+			if got := depthAfter(128, 40); got != 10 {
+				t.Errorf("depth after small answers again = %d, want 10", got)
+			}
+		})
 	}
 }
 

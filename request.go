@@ -278,6 +278,9 @@ type attempt struct {
 	// bodyLen is its response's Content-Length, or -1 if the body has no
 	// declared length (or none at all), set by the reader with place.
 	bodyLen int64
+	// chunkedLen is the length of its response's chunked body, set by the
+	// reader at the body's end, before responseDone.
+	chunkedLen int64
 
 	// Guarded by pconn.mu.
 	headersRead bool // final response headers parsed
