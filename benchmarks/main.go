@@ -299,7 +299,7 @@ func main() {
 	fRounds := flag.String("rounds", "", "split each client's DURATION into `N` rounds, the clients' order rotated every round (env ROUNDS, default 2)")
 	fCPUProfile := flag.String("cpuprofile", "", "write a CPU profile of the clients (not the server, a child process) to `FILE`")
 	fTrace := flag.String("trace", "", "write an execution trace of the clients to `FILE` (go tool trace)")
-	fPlot := flag.String("plot", "", "draw req/s against P per client (MB/s against body size for the bodies suite) as SVG to `FILE.svg`")
+	fPlot := flag.String("plot", "", "draw req/s against P per client (MB/s against body size for the bodies and chunked suites) as SVG to `FILE.svg`")
 	fSuite := flag.String("suite", "", "comma list of suites to run (env SUITE, default \"default,concurrency\"): "+strings.Join(suiteNames, ", ")+", or all")
 	fURL := flag.String("url", "", "benchmark net/http against pipelined on the server at `URL` (http or https, yours: this sends load) instead of the embedded servers; -c, -k, -p, -duration, -rounds apply")
 	fMethod := flag.String("method", "", "with -url: GET or HEAD (env METHOD, default GET)")

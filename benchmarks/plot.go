@@ -12,7 +12,7 @@ import (
 )
 
 // plotGroup is one panel: the scenarios that differ only in P, or, for
-// the bodies suite, only in the body size.
+// the bodies and chunked suites, only in the body size.
 type plotGroup struct {
 	Suite    string
 	Server   string
@@ -28,7 +28,7 @@ type plotGroup struct {
 
 // bySize reports whether the panel plots MB/s against the body size
 // instead of req/s against P.
-func (g plotGroup) bySize() bool { return g.Suite == "bodies" }
+func (g plotGroup) bySize() bool { return g.Suite == "bodies" || g.Suite == "chunked" }
 
 // x and y are a result's coordinates in its panel.
 func (g plotGroup) x(r result) int {
@@ -47,7 +47,7 @@ func (g plotGroup) y(r result) float64 {
 
 func (g plotGroup) title() string {
 	sc := scenario{Server: g.Server, C: g.C, K: g.K, P: 0, Delay: g.Delay, Body: g.Body, Method: g.Method,
-		Hosts: g.Hosts, TLS: g.TLS, SlowFrac: g.SlowFrac, Defaults: g.Defaults}
+		Hosts: g.Hosts, TLS: g.TLS, SlowFrac: g.SlowFrac, Defaults: g.Defaults, Chunked: g.Suite == "chunked"}
 	t := strings.Replace(sc.String(), " P=0", "", 1)
 	t = strings.Replace(t, " clients' defaults", " defaults", 1)
 	if g.bySize() {
@@ -140,7 +140,7 @@ func plotSVG(rs []result) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", W, H, W, H)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
-	fmt.Fprintf(&b, `<text x="%d" y="20" font-size="15" font-weight="bold">Throughput: req/s against parallel goroutines P (bodies: MB/s against body size)</text>`+"\n", 10)
+	fmt.Fprintf(&b, `<text x="%d" y="20" font-size="15" font-weight="bold">Throughput: req/s against parallel goroutines P (bodies, chunked: MB/s against body size)</text>`+"\n", 10)
 	for i, c := range clients {
 		x := 10 + (i%3)*(W/3)
 		y := legendH + (i/3)*legendRow
