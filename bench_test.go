@@ -23,13 +23,34 @@ import (
 // answers each request with a fixed 128-byte body, writing responses in
 // batches as requests arrive.
 func benchServer(b *testing.B) string {
+	return benchServerResp(b, benchResponse(128, false))
+}
+
+// benchResponse is a response with a body of n bytes, with a
+// Content-Length or chunked in 16 KiB chunks.
+func benchResponse(n int, chunked bool) []byte {
+	body := make([]byte, n)
+	if !chunked {
+		return append([]byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "+strconv.Itoa(n)+"\r\n\r\n"), body...)
+	}
+	resp := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
+	for len(body) > 0 {
+		c := min(len(body), 16<<10)
+		resp = fmt.Appendf(resp, "%x\r\n", c)
+		resp = append(append(resp, body[:c]...), "\r\n"...)
+		body = body[c:]
+	}
+	return append(resp, "0\r\n\r\n"...)
+}
+
+// benchServerResp is benchServer answering resp to every request.
+func benchServerResp(b *testing.B, resp []byte) string {
 	b.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { ln.Close() })
-	resp := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 128\r\n\r\n" + string(make([]byte, 128)))
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -272,10 +293,41 @@ func benchGets(b *testing.B, client *http.Client) {
 	benchGetsN(b, client, 50)
 }
 
+// BenchmarkClientGetBodies is BenchmarkClientGet with larger bodies,
+// with a Content-Length and chunked (16 KiB chunks), for pipelined and
+// net/http (5 connections each); bytes/s are the bodies'.
+func BenchmarkClientGetBodies(b *testing.B) {
+	for _, size := range []int{16 << 10, 64 << 10, 256 << 10} {
+		for _, chunked := range []bool{false, true} {
+			for _, client := range []string{"pipelined", "net-http"} {
+				b.Run(fmt.Sprintf("%dKiB/chunked=%v/%s", size>>10, chunked, client), func(b *testing.B) {
+					var rt http.RoundTripper
+					if client == "pipelined" {
+						tr := NewTransport(TransportOptions{MaxConnsPerHost: 5, PipelineDepth: 10})
+						defer tr.Close()
+						rt = tr
+					} else {
+						tr := &http.Transport{MaxConnsPerHost: 5, MaxIdleConnsPerHost: 5}
+						defer tr.CloseIdleConnections()
+						rt = tr
+					}
+					b.SetBytes(int64(size))
+					benchGetsFrom(b, &http.Client{Transport: rt}, 50, benchServerResp(b, benchResponse(size, chunked)))
+				})
+			}
+		}
+	}
+}
+
 // benchGetsN runs b.N GETs of benchServer through client from callers
 // goroutines.
 func benchGetsN(b *testing.B, client *http.Client, callers int) {
-	url := benchServer(b)
+	benchGetsFrom(b, client, callers, benchServer(b))
+}
+
+// benchGetsFrom runs b.N GETs of url through client from callers
+// goroutines, reading each body whole.
+func benchGetsFrom(b *testing.B, client *http.Client, callers int, url string) {
 	benchCallers(b, callers, func() func() error {
 		req, _ := http.NewRequest("GET", url, nil)
 		return func() error {
