@@ -995,6 +995,11 @@ func (c *pconn) readBody(a *attempt, resp *http.Response, f framing, closing, di
 		cr = newChunkedReader(c.br, c.t.opts.MaxResponseHeaderBytes)
 		cr.raw = &c.nr
 		src = cr
+		if ct := resp.Header["Content-Type"]; len(ct) > 0 && isEventStream(ct[0]) {
+			// Server-sent events: a stream from its head, which says
+			// nothing of the host's other chunked answers.
+			break
+		}
 		size = max(size, c.chunkHint)
 		open, tentative = false, true
 		a.tentative = true // before the pool hears of the head

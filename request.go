@@ -127,6 +127,26 @@ func headNearLimits(req *http.Request) bool {
 	return lines > riskyHeadFields || n > riskyHeadBytes
 }
 
+// acceptsEventStream reports whether Accept field values name
+// text/event-stream (the WHATWG HTML standard, §9.2: server-sent events).
+func acceptsEventStream(values []string) bool {
+	for _, v := range values {
+		for m := range strings.SplitSeq(v, ",") {
+			if isEventStream(m) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// isEventStream reports whether a media type (parameters allowed) is
+// text/event-stream.
+func isEventStream(mediaType string) bool {
+	t, _, _ := strings.Cut(mediaType, ";")
+	return strings.EqualFold(strings.Trim(t, " \t"), "text/event-stream")
+}
+
 func newRequest(t *Transport, req *http.Request, key poolKey) *request {
 	r := &request{req: req, ctx: req.Context(), method: req.Method}
 	if r.method == "" {
@@ -147,7 +167,11 @@ func newRequest(t *Transport, req *http.Request, key poolKey) *request {
 	// to move to another connection while its original may still run
 	// (a slow or streaming head), and only a safe one may run twice, or
 	// after requests its caller sent later (docs/reliability.md).
-	r.pipelineable = r.safe && !upgrade && !r.closeAfter && !headNearLimits(req)
+	//
+	// A request for an event stream (an EventSource's Accept) is answered
+	// by a body that does not end: nothing may wait behind it, and it
+	// waits behind nothing, as with net/http.
+	r.pipelineable = r.safe && !upgrade && !r.closeAfter && !headNearLimits(req) && !acceptsEventStream(req.Header["Accept"])
 	r.expectContinue = expect && req.ProtoAtLeast(1, 1)
 	r.upgrade = upgrade
 	if upgrade {

@@ -972,6 +972,91 @@ func TestTimerChunkedReadAhead(t *testing.T) {
 	}
 }
 
+// TestTimerEventStreamBeside: on a host whose chunked answers proved
+// bounded, an event stream (asked for with Accept: text/event-stream, or
+// only answered as text/event-stream) takes nothing behind it: with both
+// connections busy, one with the stream and one with a slow answer, a GET
+// waits for the slow answer (100 ms), not for HeadOfLineTimeout behind
+// the stream. The host's chunked answers stay trusted.
+func TestTimerEventStreamBeside(t *testing.T) {
+	for _, accept := range []bool{true, false} {
+		t.Run(fmt.Sprintf("accept=%v", accept), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				second := make(chan struct{})
+				srv := &memServer{handle: func(_ int, c net.Conn, br *bufio.Reader) {
+					for {
+						req, err := http.ReadRequest(br)
+						if err != nil {
+							return
+						}
+						switch req.URL.Path {
+						case "/events":
+							// An event, another when the test says, and
+							// the stream stays open until the client
+							// closes the connection.
+							io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n9\r\ndata: x\n\n\r\n")
+							<-second
+							io.WriteString(c, "9\r\ndata: y\n\n\r\n")
+							continue
+						case "/slow":
+							time.Sleep(100 * time.Millisecond)
+						}
+						io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nbulk\r\n0\r\n\r\n")
+					}
+				}}
+				tr := NewTransport(TransportOptions{DialContext: srv.dial, MaxConnsPerHost: 2, PipelineDepth: 4})
+				tr.noProbe = true // the probe is another matter (TestTimerPipeliningProbe)
+				defer tr.Close()
+				for range chunkTrust + 2 {
+					if got := <-memGet(tr, "/bulk"); got != "bulk" {
+						t.Fatalf("/bulk = %q", got)
+					}
+				}
+				// The slow answer's connection first, then the stream's: the
+				// stream's head is the more recent, which wins a tie.
+				slow := memGet(tr, "/slow")
+				synctest.Wait()
+				req, _ := http.NewRequest(http.MethodGet, "http://mem.test/events", nil)
+				if accept {
+					req.Header.Set("Accept", "text/event-stream")
+				}
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				events := bufio.NewReader(resp.Body)
+				if ev, err := readEvent(events); err != nil || ev != "data: x" {
+					t.Fatalf("event %q, %v", ev, err)
+				}
+				synctest.Wait()
+				start := time.Now()
+				if got := <-memGet(tr, "/bulk"); got != "bulk" {
+					t.Fatalf("/bulk = %q", got)
+				}
+				if el := time.Since(start); el > 150*time.Millisecond {
+					t.Errorf("GET beside the stream took %v, want the slow answer's 100 ms at most", el)
+				}
+				if n := srv.dials.Load(); n != 2 {
+					t.Errorf("%d dials, want 2", n)
+				}
+				close(second)
+				if ev, err := readEvent(events); err != nil || ev != "data: y" {
+					t.Errorf("second event %q, %v: the stream did not last", ev, err)
+				}
+				<-slow
+				p := tr.pools[poolKey{scheme: "http", addr: "mem.test:80"}]
+				p.mu.Lock()
+				trusted := p.chunkBounded >= chunkTrust
+				p.mu.Unlock()
+				if !trusted {
+					t.Errorf("the host's chunked answers no longer trusted after an event stream")
+				}
+			})
+		})
+	}
+}
+
 // TestTimerChunkedBuffer: a chunked body's buffer grows no further than
 // its data needs (the last chunk's size line is read before room is
 // asked for), and the next chunked body on the connection starts with a

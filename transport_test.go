@@ -1545,6 +1545,29 @@ func TestRequestBodyError(t *testing.T) {
 	}
 }
 
+// TestAcceptsEventStream: which Accept values ask for server-sent events
+// (such a request is not pipelined).
+func TestAcceptsEventStream(t *testing.T) {
+	tests := []struct {
+		values []string
+		want   bool
+	}{
+		{nil, false},
+		{[]string{"text/event-stream"}, true},
+		{[]string{"Text/Event-Stream"}, true},
+		{[]string{"application/json, text/event-stream;q=0.9"}, true},
+		{[]string{"application/json", " text/event-stream "}, true},
+		{[]string{"text/event-streams"}, false},
+		{[]string{"text/*"}, false},
+		{[]string{"application/json"}, false},
+	}
+	for _, tt := range tests {
+		if got := acceptsEventStream(tt.values); got != tt.want {
+			t.Errorf("acceptsEventStream(%q) = %v, want %v", tt.values, got, tt.want)
+		}
+	}
+}
+
 func TestHeadNearLimits(t *testing.T) {
 	fields := func(n, values int) http.Header {
 		h := http.Header{}
