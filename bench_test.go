@@ -293,30 +293,37 @@ func benchGets(b *testing.B, client *http.Client) {
 	benchGetsN(b, client, 50)
 }
 
-// BenchmarkClientGetBodies is BenchmarkClientGet with larger bodies,
-// with a Content-Length and chunked (16 KiB chunks), for pipelined and
-// net/http (5 connections each); bytes/s are the bodies'.
+// BenchmarkClientGetBodies is BenchmarkClientGet (50 callers) and
+// BenchmarkClientGetDirect (5) with larger bodies, with a Content-Length
+// and chunked (16 KiB chunks), for pipelined and net/http (5 connections
+// each); bytes/s are the bodies'.
 func BenchmarkClientGetBodies(b *testing.B) {
-	for _, size := range []int{16 << 10, 64 << 10, 256 << 10} {
-		for _, chunked := range []bool{false, true} {
-			for _, client := range []string{"pipelined", "net-http"} {
-				b.Run(fmt.Sprintf("%dKiB/chunked=%v/%s", size>>10, chunked, client), func(b *testing.B) {
-					var rt http.RoundTripper
-					if client == "pipelined" {
-						tr := NewTransport(TransportOptions{MaxConnsPerHost: 5, PipelineDepth: 10})
-						defer tr.Close()
-						rt = tr
-					} else {
-						tr := &http.Transport{MaxConnsPerHost: 5, MaxIdleConnsPerHost: 5}
-						defer tr.CloseIdleConnections()
-						rt = tr
-					}
-					b.SetBytes(int64(size))
-					benchGetsFrom(b, &http.Client{Transport: rt}, 50, benchServerResp(b, benchResponse(size, chunked)))
-				})
+	for _, callers := range []int{5, 50} {
+		for _, size := range []int{4 << 10, 16 << 10, 64 << 10, 256 << 10} {
+			for _, chunked := range []bool{false, true} {
+				for _, client := range []string{"pipelined", "net-http"} {
+					benchGetBody(b, callers, size, chunked, client)
+				}
 			}
 		}
 	}
+}
+
+func benchGetBody(b *testing.B, callers, size int, chunked bool, client string) {
+	b.Run(fmt.Sprintf("P=%d/%dKiB/chunked=%v/%s", callers, size>>10, chunked, client), func(b *testing.B) {
+		var rt http.RoundTripper
+		if client == "pipelined" {
+			tr := NewTransport(TransportOptions{MaxConnsPerHost: 5, PipelineDepth: 10})
+			defer tr.Close()
+			rt = tr
+		} else {
+			tr := &http.Transport{MaxConnsPerHost: 5, MaxIdleConnsPerHost: 5}
+			defer tr.CloseIdleConnections()
+			rt = tr
+		}
+		b.SetBytes(int64(size))
+		benchGetsFrom(b, &http.Client{Transport: rt}, callers, benchServerResp(b, benchResponse(size, chunked)))
+	})
 }
 
 // benchGetsN runs b.N GETs of benchServer through client from callers

@@ -83,6 +83,10 @@ type pendingBody struct {
 	resp    *http.Response
 	f       framing
 	closing bool
+	// got, if set, holds the body's first n bytes, read by the direct
+	// reader (pconn.readNow): a buffer of the body's size.
+	got *[]byte
+	n   int
 }
 
 // restfulLocked reports whether the connection may rest when it has

@@ -2,6 +2,7 @@ package pipelined
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -630,6 +631,73 @@ func TestDirectReadHeld(t *testing.T) {
 			in, out := conn.inLook.Load(), conn.outside.Load()
 			if got := in > 0 && out == 0; got != tt.inLook || in+out == 0 {
 				t.Errorf("writes within the look %d, outside %d; want all within: %v", in, out, tt.inLook)
+			}
+		})
+	}
+}
+
+// TestDirectReadNow: a caller that reads its own answer reads a body of
+// known length up to 64 KiB itself, as far as it has arrived (readNow):
+// whole when it came with its head, and otherwise the rest by the reader
+// goroutine after what the caller read. The bodies' bytes count (i % 251),
+// so that a byte out of place shows.
+func TestDirectReadNow(t *testing.T) {
+	tests := []struct {
+		size  int
+		split int // body bytes written with the head, then a pause; -1: all at once
+	}{
+		{5000, -1},
+		{20000, -1},
+		{64 << 10, -1},
+		{20000, 3000},
+		{64 << 10, 10000},
+		{64<<10 + 1, -1}, // beyond readNow: the reader goroutine's
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%d split %d", tt.size, tt.split), func(t *testing.T) {
+			verifyNoLeaks(t)
+			want := make([]byte, tt.size)
+			for i := range want {
+				want[i] = byte(i % 251)
+			}
+			srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+				for {
+					if _, err := http.ReadRequest(br); err != nil {
+						return
+					}
+					head := fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", tt.size)
+					if tt.split < 0 {
+						c.Write(append([]byte(head), want...))
+						continue
+					}
+					c.Write(append([]byte(head), want[:tt.split]...))
+					time.Sleep(20 * time.Millisecond)
+					c.Write(want[tt.split:])
+				}
+			})
+			tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1})
+			for i := range 3 {
+				var direct atomic.Bool
+				req, _ := http.NewRequestWithContext(directTrace(context.Background(), &direct), http.MethodGet, srv.url("/"), nil)
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					t.Fatalf("GET %d: %v", i, err)
+				}
+				b := resp.Body.(*body)
+				b.mu.Lock()
+				whole := b.end
+				b.mu.Unlock()
+				got, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil || !bytes.Equal(got, want) {
+					t.Fatalf("GET %d: %d bytes (%v), want the %d sent", i, len(got), err, len(want))
+				}
+				if i > 0 && !direct.Load() {
+					t.Errorf("GET %d: not read by its caller", i)
+				}
+				if i > 0 && tt.split < 0 && tt.size <= maxReadAhead && !whole {
+					t.Errorf("GET %d: body not whole when its response was returned", i)
+				}
 			}
 		})
 	}

@@ -25,6 +25,35 @@ type peeker struct {
 	step   func(fd uintptr) bool
 	looked bool
 	werr   error
+
+	// readNow's state: nowStep is p.readStep, bound once; nowBuf and
+	// nowN are its buffer and what it read.
+	nowStep func(fd uintptr) bool
+	nowBuf  []byte
+	nowN    int
+}
+
+// readNow reads into b what the socket holds already, without waiting:
+// one read, which returns 0 if nothing is there (or at the end of the
+// stream, or on an error, which the next read from the connection meets
+// again). Only for a connection with nothing between it and the socket
+// (pconn.readsNow).
+func (p *peeker) readNow(b []byte) int {
+	if p.nowStep == nil {
+		p.nowStep = p.readStep
+	}
+	p.nowBuf, p.nowN = b, 0
+	p.rc.Read(p.nowStep)
+	p.nowBuf = nil
+	return p.nowN
+}
+
+func (p *peeker) readStep(fd uintptr) bool {
+	n, err := syscall.Read(int(fd), p.nowBuf)
+	if err == nil && n > 0 {
+		p.nowN = n
+	}
+	return true // never wait
 }
 
 // newPeeker returns a peeker for conn, or nil if conn cannot be looked at

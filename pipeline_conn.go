@@ -94,6 +94,11 @@ type pconn struct {
 	// them (quiet), so a caller may read its own answer. Set once.
 	canDirect bool
 	peek      *peeker // looks at the socket (quiet); the read turn's. Set with canDirect
+	// readsNow: a direct reader may read a body from the socket itself
+	// (peeker.readNow): the connection is a plain TCP one, with nothing
+	// of its own between it and the socket (no TLS, no wrapper that
+	// counts or traces its reads). Set with peek.
+	readsNow bool
 
 	// directing is the attempt whose caller reads its own answer, until
 	// the turn passes on; directWatched says that its context is watched
@@ -381,6 +386,7 @@ func newPconn(t *Transport, ev connEvents, conn net.Conn, state *tls.ConnectionS
 	c.nr.wrote = &c.wc.n
 	c.bw = bufio.NewWriterSize(&c.wc, o.WriteBufferSize)
 	if c.peek = newPeeker(conn); c.peek != nil {
+		_, c.readsNow = conn.(*net.TCPConn)
 		c.peek.write = c.flushHeld
 		c.nr.ack = c.peek
 		c.canDirect = true
@@ -825,7 +831,13 @@ func (c *pconn) readResponses() error {
 		}
 		if p != nil {
 			// A direct reader read this head and left the body to us.
-			if err := c.readBody(p.a, p.resp, p.f, p.closing, false); err != nil {
+			var err error
+			if p.got != nil { // its start read already (readNow)
+				err = c.readBodyFrom(p.a, p.resp, p.f, p.closing, p.got, p.n)
+			} else { // a whole body may have come since
+				err = c.readBody(p.a, p.resp, p.f, p.closing, false)
+			}
+			if err != nil {
 				return err
 			}
 			if p.closing {
@@ -947,26 +959,67 @@ func (c *pconn) readBody(a *attempt, resp *http.Response, f framing, closing, di
 		a.deliver(result{resp: resp})
 		return nil
 	}
-	if f.kind == bodyLength && f.n <= maxBufferedBody && f.n <= int64(c.br.Buffered()) {
-		// The whole body is here: the connection is free again (and
-		// counted so) by the time the caller sees its response.
-		buf := getBodyBuf(int(f.n))
-		n, _ := io.ReadFull(c.br, (*buf)[:f.n])
-		b := newBody(a.r.ctx, resp, buf)
-		b.w, b.end = n, true
-		resp.Body = b
-		c.finishResponse(a, closing, true)
-		a.deliver(result{resp: resp})
-		return nil
+	var got *[]byte // the body's first n bytes, read by a direct reader
+	var n int
+	if f.kind == bodyLength && f.n <= maxBufferedBody {
+		whole := f.n <= int64(c.br.Buffered())
+		if !whole && direct && f.n <= maxReadAhead && c.readsNow {
+			got, n = c.readNow(int(f.n))
+			whole = n == int(f.n)
+		}
+		if whole {
+			// The whole body is here: the connection is free again (and
+			// counted so) by the time the caller sees its response.
+			if got == nil {
+				got = getBodyBuf(int(f.n))
+				n, _ = io.ReadFull(c.br, (*got)[:f.n])
+			}
+			b := newBody(a.r.ctx, resp, got)
+			b.w, b.end = n, true
+			resp.Body = b
+			c.finishResponse(a, closing, true)
+			a.deliver(result{resp: resp})
+			return nil
+		}
 	}
 	if direct {
 		// The rest of the body is the reader goroutine's to read: the
 		// caller returns with the headers, as from any other response.
 		c.mu.Lock()
-		c.pending = &pendingBody{a: a, resp: resp, f: f, closing: closing}
+		c.pending = &pendingBody{a: a, resp: resp, f: f, closing: closing, got: got, n: n}
 		c.mu.Unlock()
 		return errHandOver
 	}
+	return c.readBodyFrom(a, resp, f, closing, nil, 0)
+}
+
+// readNow reads a body of known length up to maxReadAhead as far as it has
+// arrived, without waiting: what br holds, then what the socket holds
+// (peeker.readNow). A direct reader that read the head only, with 4 KiB
+// of br, handed even a 4 KiB body to the reader goroutine, a goroutine's
+// wake-up and hand-over per answer (24.6 µs of CPU per 4 KiB GET at P=5,
+// against 18.7 at 128 B). It returns the body's buffer and the bytes in
+// it.
+func (c *pconn) readNow(size int) (*[]byte, int) {
+	buf := getBodyBuf(size)
+	b := (*buf)[:size]
+	n, _ := io.ReadFull(c.br, b[:c.br.Buffered()])
+	for n < size {
+		m := c.peek.readNow(b[n:])
+		if m == 0 {
+			break
+		}
+		n += m
+		if c.nr.ack != nil {
+			c.nr.unacked.Store(true) // as netReader.read notes bytes received
+		}
+	}
+	return buf, n
+}
+
+// readBodyFrom is readBody's reader goroutine: it reads a's body into its
+// buffer as it arrives, the first n bytes of which may be in got already.
+func (c *pconn) readBodyFrom(a *attempt, resp *http.Response, f framing, closing bool, got *[]byte, n int) error {
 	var (
 		src io.Reader = c.br
 		lr  *io.LimitedReader
@@ -984,7 +1037,7 @@ func (c *pconn) readBody(a *attempt, resp *http.Response, f framing, closing, di
 	)
 	switch f.kind {
 	case bodyLength:
-		lr = &io.LimitedReader{R: c.br, N: f.n}
+		lr = &io.LimitedReader{R: c.br, N: f.n - int64(n)}
 		src = lr
 		open = f.n > maxBufferedBody
 		size = int(f.n)
@@ -1008,7 +1061,11 @@ func (c *pconn) readBody(a *attempt, resp *http.Response, f framing, closing, di
 	// at its end, unless the host's chunked answers proved bounded
 	// (gotHeaders, answerLocked).
 	c.ev.gotHeaders(c, a, closing, !open && !tentative)
-	b := newBody(a.r.ctx, resp, getBodyBuf(size))
+	if got == nil {
+		got = getBodyBuf(size)
+	}
+	b := newBody(a.r.ctx, resp, got)
+	b.w = n
 	if tentative {
 		b.limit = maxBufferedBody // not yet seen by anyone else
 	}
