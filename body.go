@@ -48,7 +48,13 @@ func (cr *chunkedReader) Read(p []byte) (int, error) {
 		}
 		p = p[:cr.n]
 	}
-	n, err := cr.br.Read(p)
+	return cr.took(cr.br.Read(p))
+}
+
+// took accounts for a read of n bytes of the current chunk's data and its
+// error: an end of stream within a chunk is unexpected, and any error is
+// final.
+func (cr *chunkedReader) took(n int, err error) (int, error) {
 	cr.n -= int64(n)
 	if err == io.EOF {
 		err = io.ErrUnexpectedEOF
@@ -91,14 +97,7 @@ func (cr *chunkedReader) readRaw(p []byte) (int, error) {
 	p = p[:min(int64(len(p)), cr.n+int64(cr.br.Size()))]
 	m, err := cr.raw.Read(p)
 	if int64(m) <= cr.n {
-		cr.n -= int64(m)
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
-		if err != nil {
-			cr.err = err
-		}
-		return m, err
+		return cr.took(m, err)
 	}
 	// Past this chunk's data: a read that brought bytes reports no error
 	// (the next read meets it again).
@@ -134,25 +133,30 @@ func plainChunkHead(b []byte) (size int64, head int) {
 		return 0, 0
 	}
 	for i := 2; i < len(b); i++ {
-		c := b[i]
-		var d byte
-		switch {
-		case c == '\r' && i > 2 && i+1 < len(b) && b[i+1] == '\n':
+		if b[i] == '\r' && i > 2 && i+1 < len(b) && b[i+1] == '\n' {
 			return size, i + 2
-		case i-2 == 15: // longer: nextChunk's error
-			return 0, 0
-		case '0' <= c && c <= '9':
-			d = c - '0'
-		case 'a' <= c && c <= 'f':
-			d = c - 'a' + 10
-		case 'A' <= c && c <= 'F':
-			d = c - 'A' + 10
-		default:
+		}
+		d, ok := hexDigit(b[i])
+		if !ok || i-2 == 15 { // longer: nextChunk's error
 			return 0, 0
 		}
 		size = size<<4 | int64(d)
 	}
 	return 0, 0
+}
+
+// hexDigit returns the value of the hexadecimal digit c (RFC 5234 HEXDIG,
+// either case).
+func hexDigit(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
 }
 
 // nextChunk consumes the CRLF ending the previous chunk, then the next size
@@ -214,16 +218,8 @@ func parseChunkSize(line []byte) (int64, error) {
 	var n int64
 	i := 0
 	for ; i < len(line); i++ {
-		c := line[i]
-		var d byte
-		switch {
-		case '0' <= c && c <= '9':
-			d = c - '0'
-		case 'a' <= c && c <= 'f':
-			d = c - 'a' + 10
-		case 'A' <= c && c <= 'F':
-			d = c - 'A' + 10
-		default:
+		d, ok := hexDigit(line[i])
+		if !ok {
 			goto ext
 		}
 		if i >= 15 {
