@@ -988,6 +988,7 @@ func (c *pconn) readBody(a *attempt, resp *http.Response, f framing, closing, di
 		c.mu.Lock()
 		c.pending = &pendingBody{a: a, resp: resp, f: f, closing: closing, got: got, n: n}
 		c.mu.Unlock()
+		c.t.handOvers.Add(1)
 		return errHandOver
 	}
 	return c.readBodyFrom(a, resp, f, closing, nil, 0)

@@ -294,6 +294,10 @@ type Transport struct {
 	// (pool.go, burstWaitLocked): tests that stack requests behind a
 	// stalled head on a host that has answered set it.
 	noBurstWait bool
+	// handOvers counts the bodies that callers reading their own answers
+	// left to the reader goroutine (direct.go, errHandOver): tests count
+	// them.
+	handOvers atomic.Int64
 	// noProbe pipelines a host at its full depth from the start, as if
 	// proven (hostPool.probeLocked): for tests that build a pipeline
 	// behind a stalled head on a new connection.
