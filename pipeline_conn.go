@@ -1050,8 +1050,10 @@ func (c *pconn) readBodyFrom(a *attempt, resp *http.Response, f framing, closing
 		cr.raw = &c.nr
 		src = cr
 		if ct := resp.Header["Content-Type"]; len(ct) > 0 && isEventStream(ct[0]) {
-			// Server-sent events: a stream from its head, which says
+			// Server-sent events: a stream from its head (the pool
+			// places nothing behind it from then on), which says
 			// nothing of the host's other chunked answers.
+			a.eventStream = true // before the pool hears of the head
 			break
 		}
 		size = max(size, c.chunkHint)

@@ -269,6 +269,9 @@ type attempt struct {
 	// the answer's connection for a stream's while it was read from the
 	// network (hostPool.tentative), set and read under hostPool.mu.
 	tentative, heldTentative bool
+	// eventStream: its answer is server-sent events, a stream from its
+	// head; set by the reader before it reports the headers.
+	eventStream bool
 	// streamGap is how long nothing of a chunked answer may arrive before
 	// the answer is taken for a stream (bodyStream.tentative), set by the
 	// pool when it places a: two of the host's round trips (its shortest

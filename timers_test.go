@@ -979,8 +979,14 @@ func TestTimerChunkedReadAhead(t *testing.T) {
 // waits for the slow answer (100 ms), not for HeadOfLineTimeout behind
 // the stream. The host's chunked answers stay trusted.
 func TestTimerEventStreamBeside(t *testing.T) {
-	for _, accept := range []bool{true, false} {
-		t.Run(fmt.Sprintf("accept=%v", accept), func(t *testing.T) {
+	for _, tt := range []struct {
+		accept bool // the request says Accept: text/event-stream
+		// queued: the GET waits in the pool before the stream's head
+		// comes (10 ms), the other connection taken by a POST: the
+		// stream must take nothing from its head on.
+		queued bool
+	}{{true, false}, {false, false}, {true, true}} {
+		t.Run(fmt.Sprintf("accept=%v queued=%v", tt.accept, tt.queued), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				second := make(chan struct{})
 				srv := &memServer{handle: func(_ int, c net.Conn, br *bufio.Reader) {
@@ -989,11 +995,15 @@ func TestTimerEventStreamBeside(t *testing.T) {
 						if err != nil {
 							return
 						}
+						io.Copy(io.Discard, req.Body)
 						switch req.URL.Path {
 						case "/events":
 							// An event, another when the test says, and
 							// the stream stays open until the client
 							// closes the connection.
+							if tt.queued {
+								time.Sleep(10 * time.Millisecond)
+							}
 							io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n9\r\ndata: x\n\n\r\n")
 							<-second
 							io.WriteString(c, "9\r\ndata: y\n\n\r\n")
@@ -1014,24 +1024,54 @@ func TestTimerEventStreamBeside(t *testing.T) {
 				}
 				// The slow answer's connection first, then the stream's: the
 				// stream's head is the more recent, which wins a tie.
-				slow := memGet(tr, "/slow")
+				slow := make(chan error, 1)
+				go func() {
+					method, body := http.MethodGet, io.Reader(nil)
+					if tt.queued {
+						method, body = http.MethodPost, strings.NewReader("x")
+					}
+					req, _ := http.NewRequest(method, "http://mem.test/slow", body)
+					resp, err := tr.RoundTrip(req)
+					if err == nil {
+						resp.Body.Close()
+					}
+					slow <- err
+				}()
 				synctest.Wait()
 				req, _ := http.NewRequest(http.MethodGet, "http://mem.test/events", nil)
-				if accept {
+				if tt.accept {
 					req.Header.Set("Accept", "text/event-stream")
 				}
-				resp, err := tr.RoundTrip(req)
-				if err != nil {
-					t.Fatal(err)
+				type result struct {
+					resp *http.Response
+					err  error
 				}
-				defer resp.Body.Close()
-				events := bufio.NewReader(resp.Body)
+				stream := make(chan result, 1)
+				go func() {
+					resp, err := tr.RoundTrip(req)
+					stream <- result{resp, err}
+				}()
+				synctest.Wait()
+				start := time.Now()
+				var bulk <-chan string
+				if tt.queued {
+					bulk = memGet(tr, "/bulk")
+				}
+				r := <-stream
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+				defer r.resp.Body.Close()
+				events := bufio.NewReader(r.resp.Body)
 				if ev, err := readEvent(events); err != nil || ev != "data: x" {
 					t.Fatalf("event %q, %v", ev, err)
 				}
-				synctest.Wait()
-				start := time.Now()
-				if got := <-memGet(tr, "/bulk"); got != "bulk" {
+				if !tt.queued {
+					synctest.Wait()
+					start = time.Now()
+					bulk = memGet(tr, "/bulk")
+				}
+				if got := <-bulk; got != "bulk" {
 					t.Fatalf("/bulk = %q", got)
 				}
 				if el := time.Since(start); el > 150*time.Millisecond {
@@ -1044,7 +1084,9 @@ func TestTimerEventStreamBeside(t *testing.T) {
 				if ev, err := readEvent(events); err != nil || ev != "data: y" {
 					t.Errorf("second event %q, %v: the stream did not last", ev, err)
 				}
-				<-slow
+				if err := <-slow; err != nil {
+					t.Errorf("/slow: %v", err)
+				}
 				p := tr.pools[poolKey{scheme: "http", addr: "mem.test:80"}]
 				p.mu.Lock()
 				trusted := p.chunkBounded >= chunkTrust
