@@ -333,6 +333,22 @@ func (dc *dialCounter) DialContext(ctx context.Context, network, addr string) (n
 	return &countedConn{Conn: c, dc: dc}, nil
 }
 
+// DialPlain dials and counts a connection without wrapping it, for a
+// client whose own statistics count the connections it has open
+// (pipelined's Stats): a default pipelined Transport dials plain
+// *net.TCPConn connections, and treats any other as a wrapper that may
+// count its reads (its direct reads from the socket are for plain TCP
+// connections only). The wrapper would measure a configuration that a
+// default user does not have.
+func (dc *dialCounter) DialPlain(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := dc.d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	dc.dials.Add(1)
+	return c, nil
+}
+
 func (dc *dialCounter) Dial(addr string) (net.Conn, error) {
 	return dc.DialContext(context.Background(), "tcp", addr)
 }

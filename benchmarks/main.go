@@ -960,7 +960,10 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 	r.Dials = dc.dials.Load()
 	r.OpenAtEnd = dc.open.Load()
 	r.GoroutinesAtEnd = max(0, runtime.NumGoroutine()-g0-int(running.Load()))
-	if !hasStats {
+	if hasStats {
+		ps, _ := cl.PoolStats()
+		r.OpenAtEnd = int64(ps.Open)
+	} else {
 		maxOpen = int(dc.maxOpen.Load())
 	}
 	stop.Store(true)

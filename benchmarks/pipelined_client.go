@@ -40,7 +40,7 @@ func newPipelinedClient(name string, cfg clientConfig) (benchClient, error) {
 		p.SetHTTP1(true)
 		o.Protocols = &p
 	}
-	o.DialContext = cfg.Dialer.DialContext
+	o.DialContext = cfg.Dialer.DialPlain // its Stats count open connections
 	if cfg.TLS != nil {
 		o.TLSClientConfig = cfg.TLS.Clone()
 	}
