@@ -1050,15 +1050,20 @@ func (c *pconn) readBodyFrom(a *attempt, resp *http.Response, f framing, closing
 		cr.raw = &c.nr
 		src = cr
 		if ct := resp.Header["Content-Type"]; len(ct) > 0 && isEventStream(ct[0]) {
-			// Server-sent events: a stream from its head (the pool
-			// places nothing behind it from then on), which says
-			// nothing of the host's other chunked answers.
-			a.eventStream = true // before the pool hears of the head
+			// Server-sent events: open, a stream from its head, which
+			// says nothing of the host's other chunked answers.
 			break
 		}
 		size = max(size, c.chunkHint)
 		open, tentative = false, true
 		a.tentative = true // before the pool hears of the head
+	}
+	if open {
+		// A stream from its head (before the pool hears of it): between
+		// the head and the body's first read from the network
+		// (startWaiting), the pool placed the waiters it dispatched at
+		// the head behind it, where they waited HeadOfLineTimeout.
+		a.streamAtHead = true
 	}
 	// A tentative body may be a stream: the pool counts it as an answer
 	// at its end, unless the host's chunked answers proved bounded

@@ -473,7 +473,7 @@ func (p *hostPool) gotHeaders(c *pconn, a *attempt, closing, bounded bool) {
 		a.answerAtEnd = true
 	}
 	p.gotHeadersLocked(c, a, closing)
-	if a.eventStream {
+	if a.streamAtHead {
 		// Held from its head, not from its first read from the network
 		// (streaming): the waiters dispatched now must not go behind it.
 		c.s.streaming = true
@@ -576,7 +576,7 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers bool) err
 	if s.inflight == 0 {
 		s.probeDrain = false
 	}
-	if a.streamed || a.heldTentative || a.eventStream {
+	if a.streamed || a.heldTentative || a.streamAtHead {
 		// Only a's own stream ends here: after a direct read, the turn
 		// passes on before responseDone, so the reader may already
 		// stream the next answer (direct.go, directDone).

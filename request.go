@@ -269,9 +269,12 @@ type attempt struct {
 	// the answer's connection for a stream's while it was read from the
 	// network (hostPool.tentative), set and read under hostPool.mu.
 	tentative, heldTentative bool
-	// eventStream: its answer is server-sent events, a stream from its
-	// head; set by the reader before it reports the headers.
-	eventStream bool
+	// streamAtHead: its answer is a stream from its head, set by the
+	// reader before it reports the headers: server-sent events, or a
+	// body it will not read whole (longer than maxBufferedBody, or until
+	// the connection closes). The pool places nothing behind it from its
+	// head on, not from its first read from the network (streamed).
+	streamAtHead bool
 	// streamGap is how long nothing of a chunked answer may arrive before
 	// the answer is taken for a stream (bodyStream.tentative), set by the
 	// pool when it places a: two of the host's round trips (its shortest

@@ -977,7 +977,9 @@ func TestTimerChunkedReadAhead(t *testing.T) {
 // only answered as text/event-stream) takes nothing behind it: with both
 // connections busy, one with the stream and one with a slow answer, a GET
 // waits for the slow answer (100 ms), not for HeadOfLineTimeout behind
-// the stream. The host's chunked answers stay trusted.
+// the stream. The host's chunked answers stay trusted. So with a body too
+// long to be read whole (a Content-Length over maxBufferedBody): it holds
+// its connection from its head.
 func TestTimerEventStreamBeside(t *testing.T) {
 	for _, tt := range []struct {
 		accept bool // the request says Accept: text/event-stream
@@ -985,8 +987,11 @@ func TestTimerEventStreamBeside(t *testing.T) {
 		// comes (10 ms), the other connection taken by a POST: the
 		// stream must take nothing from its head on.
 		queued bool
-	}{{true, false}, {false, false}, {true, true}} {
-		t.Run(fmt.Sprintf("accept=%v queued=%v", tt.accept, tt.queued), func(t *testing.T) {
+		// large: the stream is a body longer than maxBufferedBody with
+		// a Content-Length, held from its head as an event stream is.
+		large bool
+	}{{true, false, false}, {false, false, false}, {true, true, false}, {false, true, true}} {
+		t.Run(fmt.Sprintf("accept=%v queued=%v large=%v", tt.accept, tt.queued, tt.large), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				second := make(chan struct{})
 				srv := &memServer{handle: func(_ int, c net.Conn, br *bufio.Reader) {
@@ -1007,6 +1012,15 @@ func TestTimerEventStreamBeside(t *testing.T) {
 							io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n9\r\ndata: x\n\n\r\n")
 							<-second
 							io.WriteString(c, "9\r\ndata: y\n\n\r\n")
+							continue
+						case "/large":
+							// The same two events in a body of known
+							// length, too long to be read whole.
+							const n = maxBufferedBody + 1
+							time.Sleep(10 * time.Millisecond)
+							fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\ndata: x\n\n", n)
+							<-second
+							io.WriteString(c, "data: y\n\n"+strings.Repeat("\n", n-18))
 							continue
 						case "/slow":
 							time.Sleep(100 * time.Millisecond)
@@ -1038,7 +1052,14 @@ func TestTimerEventStreamBeside(t *testing.T) {
 					slow <- err
 				}()
 				synctest.Wait()
-				req, _ := http.NewRequest(http.MethodGet, "http://mem.test/events", nil)
+				// A POST to /large: nothing is placed behind it before
+				// its head comes, as nothing is behind an event stream
+				// asked for.
+				method, path, body := http.MethodGet, "/events", io.Reader(nil)
+				if tt.large {
+					method, path, body = http.MethodPost, "/large", strings.NewReader("x")
+				}
+				req, _ := http.NewRequest(method, "http://mem.test"+path, body)
 				if tt.accept {
 					req.Header.Set("Accept", "text/event-stream")
 				}
