@@ -1052,6 +1052,13 @@ func (c *pconn) readBodyFrom(a *attempt, resp *http.Response, f framing, closing
 		if ct := resp.Header["Content-Type"]; len(ct) > 0 && isEventStream(ct[0]) {
 			// Server-sent events: open, a stream from its head, which
 			// says nothing of the host's other chunked answers.
+			a.events = true
+			break
+		}
+		if a.toStream {
+			// Its path's answers were streams of events: so is this
+			// one, from its head, as server-sent events are.
+			a.events = true
 			break
 		}
 		size = max(size, c.chunkHint)
@@ -1082,8 +1089,15 @@ func (c *pconn) readBodyFrom(a *attempt, resp *http.Response, f framing, closing
 		b.Close() // abandoned: nobody reads it
 	}
 	s := &bodyStream{c: c, a: a, b: b, open: open, tentative: tentative, chunkedOrUntilClose: lr == nil}
+	start := monoNow()
 	err := s.pump(src, lr, cr)
 	s.stop()
+	if a.toStream && time.Duration(monoNow()-start) < c.drainWait() {
+		// Read in full sooner than a request behind it would have
+		// waited: no stream (or one taken for a stream by mistake); the
+		// pool forgets its path (responseDone).
+		a.events = false
+	}
 	if tentative {
 		a.chunkedLen = s.got.Load()
 		c.chunkHint = int(min(a.chunkedLen, maxBufferedBody))
@@ -1232,7 +1246,7 @@ func (s *bodyStream) pump(src io.Reader, lr *io.LimitedReader, cr *chunkedReader
 		if s.tentative && s.got.Add(int64(n)) > maxBufferedBody && !s.isStream() {
 			// Larger than any body read whole: read on as a stream, as
 			// one of known length this large is.
-			s.becomeStream()
+			s.becomeStream(false)
 		}
 		if err == io.EOF {
 			if lr != nil && lr.N > 0 {
@@ -1343,17 +1357,19 @@ func (s *bodyStream) checkStream() {
 		s.mu.Unlock()
 		return
 	}
-	s.becomeStream()
+	s.becomeStream(true)
 }
 
 // becomeStream makes a tentative body a stream, unless it ended or is one
-// already.
-func (s *bodyStream) becomeStream() {
+// already; quiet: nothing of it came for its gap (a stream of events),
+// rather than it grew too long to be read whole.
+func (s *bodyStream) becomeStream(quiet bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ended || s.waiting {
 		return
 	}
+	s.a.events = quiet // under s.mu, before the pool hears of the stream
 	s.streamLocked()
 	s.b.readAhead(maxReadAhead) // a stream's buffer, from now on
 	// Closed early already, its drain has its own wait (earlyClose), and

@@ -74,6 +74,14 @@ type hostPool struct {
 	// chunkBounded counts the host's chunked answers in a row, up to
 	// chunkTrust, that ended without becoming streams (hostPool.tentative).
 	chunkBounded int
+	// streamPaths are the paths, at most maxStreamPaths, the latest
+	// last, whose answers were streams of events: server-sent events, or
+	// chunked bodies of which nothing came for a while (attempt.events).
+	// A request to one is written alone and its answer is a stream from
+	// its head (place, attempt.toStream): nothing waits behind the
+	// watch it starts again, and its host's other chunked answers keep
+	// their trust.
+	streamPaths []string
 	// lastStreamed: the last answer read in full was a stream
 	// (attempt.streamed): nothing is pipelined until the next one
 	// (stackOnLocked).
@@ -473,6 +481,9 @@ func (p *hostPool) gotHeaders(c *pconn, a *attempt, closing, bounded bool) {
 		a.answerAtEnd = true
 	}
 	p.gotHeadersLocked(c, a, closing)
+	if a.events {
+		p.noteStreamPathLocked(a.r.req.URL.Path)
+	}
 	if a.streamAtHead {
 		// Held from its head, not from its first read from the network
 		// (streaming): the waiters dispatched now must not go behind it.
@@ -576,6 +587,9 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers bool) err
 	if s.inflight == 0 {
 		s.probeDrain = false
 	}
+	if a.toStream && !a.events {
+		p.streamPaths = slices.DeleteFunc(p.streamPaths, func(s string) bool { return s == a.r.req.URL.Path })
+	}
 	if a.streamed || a.heldTentative || a.streamAtHead {
 		// Only a's own stream ends here: after a direct read, the turn
 		// passes on before responseDone, so the reader may already
@@ -628,9 +642,26 @@ func (p *hostPool) streaming(c *pconn, a *attempt) {
 	if a.tentative {
 		p.chunkBounded = 0
 	}
+	if a.events {
+		p.noteStreamPathLocked(a.r.req.URL.Path)
+	}
 	c.s.streaming = true
 	p.dispatchLocked() // waiters may dial now (canDialLocked)
 	p.mu.Unlock()
+}
+
+// maxStreamPaths bounds hostPool.streamPaths.
+const maxStreamPaths = 16
+
+// noteStreamPathLocked remembers path as one whose answers are streams of
+// events (hostPool.streamPaths). p.mu is held.
+func (p *hostPool) noteStreamPathLocked(path string) {
+	if i := slices.Index(p.streamPaths, path); i >= 0 {
+		p.streamPaths = slices.Delete(p.streamPaths, i, i+1)
+	} else if len(p.streamPaths) == maxStreamPaths {
+		p.streamPaths = slices.Delete(p.streamPaths, 0, 1)
+	}
+	p.streamPaths = append(p.streamPaths, path)
 }
 
 // chunkTrust is how many chunked answers in a row must end without

@@ -237,9 +237,12 @@ type attempt struct {
 	cause            ResendCause // why this attempt is sent
 	activated        bool        // the assignment made the connection active
 
-	alone     bool // a retry: written alone on its connection (RFC 9112 §9.3.2)
-	askedConn bool // GetConn fired (once per attempt, whatever the pool)
-	hedged    bool // a copy of it was sent (hostPool.lateHead); under hostPool.mu
+	// alone: written alone on its connection: a retry (RFC 9112 §9.3.2),
+	// or a request to one of hostPool.streamPaths (then toStream too: a
+	// chunked answer is a stream from its head). Set before it is placed.
+	alone, toStream bool
+	askedConn       bool // GetConn fired (once per attempt, whatever the pool)
+	hedged          bool // a copy of it was sent (hostPool.lateHead); under hostPool.mu
 
 	queuedAt monoTime
 
@@ -275,6 +278,12 @@ type attempt struct {
 	// the connection closes). The pool places nothing behind it from its
 	// head on, not from its first read from the network (streamed).
 	streamAtHead bool
+	// events: its answer is a stream of events, server-sent events or a
+	// chunked body of which nothing came for streamGap (not one that only
+	// grew too long to be read whole); set by the reader before it
+	// reports the headers, or by the stream verdict before it reports
+	// the stream. The pool remembers its path (hostPool.streamPaths).
+	events bool
 	// streamGap is how long nothing of a chunked answer may arrive before
 	// the answer is taken for a stream (bodyStream.tentative), set by the
 	// pool when it places a: two of the host's round trips (its shortest

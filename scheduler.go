@@ -140,6 +140,12 @@ func (p *hostPool) place(a *attempt) (*pconn, httptrace.GotConnInfo, error) {
 		p.mu.Unlock()
 		return nil, httptrace.GotConnInfo{}, &useH2{h}
 	}
+	if len(p.streamPaths) > 0 && !a.alone && a.r.pipelineable && slices.Contains(p.streamPaths, a.r.req.URL.Path) {
+		// The path's answers were streams of events: as for a request
+		// that accepts text/event-stream, nothing is written behind it
+		// and it is written behind nothing.
+		a.alone, a.toStream = true, true
+	}
 	if p.waiters.len() == 0 {
 		c := p.policy.idle(p.conns, !a.r.replayable)
 		if c == nil && p.pipelineable(a) && p.mayStackLocked(p.gainsLocked()) {

@@ -990,8 +990,19 @@ func TestTimerEventStreamBeside(t *testing.T) {
 		// large: the stream is a body longer than maxBufferedBody with
 		// a Content-Length, held from its head as an event stream is.
 		large bool
-	}{{true, false, false}, {false, false, false}, {true, true, false}, {false, true, true}} {
-		t.Run(fmt.Sprintf("accept=%v queued=%v large=%v", tt.accept, tt.queued, tt.large), func(t *testing.T) {
+		// ndjson: the stream is chunked NDJSON, neither asked for nor
+		// answered as server-sent events, on a path whose answer was
+		// taken for a stream before (hostPool.streamPaths).
+		ndjson bool
+	}{
+		{accept: true},
+		{},
+		{accept: true, queued: true},
+		{queued: true, large: true},
+		{ndjson: true},
+		{ndjson: true, queued: true},
+	} {
+		t.Run(fmt.Sprintf("accept=%v queued=%v large=%v ndjson=%v", tt.accept, tt.queued, tt.large, tt.ndjson), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				second := make(chan struct{})
 				srv := &memServer{handle: func(_ int, c net.Conn, br *bufio.Reader) {
@@ -1009,7 +1020,14 @@ func TestTimerEventStreamBeside(t *testing.T) {
 							if tt.queued {
 								time.Sleep(10 * time.Millisecond)
 							}
-							io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n9\r\ndata: x\n\n\r\n")
+							ct := "text/event-stream"
+							if tt.ndjson {
+								ct = "application/x-ndjson"
+							}
+							fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n\r\n9\r\ndata: x\n\n\r\n", ct)
+							if req.URL.RawQuery == "learn" {
+								continue // until the client closes
+							}
 							<-second
 							io.WriteString(c, "9\r\ndata: y\n\n\r\n")
 							continue
@@ -1034,6 +1052,35 @@ func TestTimerEventStreamBeside(t *testing.T) {
 				for range chunkTrust + 2 {
 					if got := <-memGet(tr, "/bulk"); got != "bulk" {
 						t.Fatalf("/bulk = %q", got)
+					}
+				}
+				wantDials := int32(2)
+				if tt.ndjson {
+					// The path's first answer: a stream once nothing
+					// of it came for a while, closed by its caller with
+					// its connection, while a slow answer keeps the
+					// other connection (and the pool). The host's
+					// chunked answers then earn their trust again.
+					wantDials++
+					slow := memGet(tr, "/slow")
+					synctest.Wait()
+					learn, _ := http.NewRequest(http.MethodGet, "http://mem.test/events?learn", nil)
+					resp, err := tr.RoundTrip(learn)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if ev, err := readEvent(bufio.NewReader(resp.Body)); err != nil || ev != "data: x" {
+						t.Fatalf("event %q, %v", ev, err)
+					}
+					time.Sleep(50 * time.Millisecond)
+					resp.Body.Close()
+					if got := <-slow; got != "bulk" {
+						t.Fatalf("/slow = %q", got)
+					}
+					for range chunkTrust {
+						if got := <-memGet(tr, "/bulk"); got != "bulk" {
+							t.Fatalf("/bulk = %q", got)
+						}
 					}
 				}
 				// The slow answer's connection first, then the stream's: the
@@ -1098,8 +1145,8 @@ func TestTimerEventStreamBeside(t *testing.T) {
 				if el := time.Since(start); el > 150*time.Millisecond {
 					t.Errorf("GET beside the stream took %v, want the slow answer's 100 ms at most", el)
 				}
-				if n := srv.dials.Load(); n != 2 {
-					t.Errorf("%d dials, want 2", n)
+				if n := srv.dials.Load(); n != wantDials {
+					t.Errorf("%d dials, want %d", n, wantDials)
 				}
 				close(second)
 				if ev, err := readEvent(events); err != nil || ev != "data: y" {
@@ -1229,5 +1276,115 @@ func TestTimerChunkedEarlyClose(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestTimerStreamPaths: a host remembers the paths whose chunked answers
+// were streams of events (nothing of them came for a while), and forgets
+// one when an answer on it ends sooner than a request behind it would
+// have waited. A chunked body that only grew too long to be read whole is
+// no stream of events.
+func TestTimerStreamPaths(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const big = maxBufferedBody + 64<<10
+		release := make(chan struct{})
+		srv := &memServer{handle: func(_ int, c net.Conn, br *bufio.Reader) {
+			for {
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				io.Copy(io.Discard, req.Body)
+				switch req.URL.Path + "?" + req.URL.RawQuery {
+				case "/hold?":
+					<-release
+				case "/watch?stream":
+					// An event, then nothing until the client closes.
+					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{}\n\r\n")
+					continue
+				case "/big?":
+					io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+					for n := 0; n < big; n += 16 << 10 {
+						fmt.Fprintf(c, "%x\r\n%s\r\n", 16<<10, strings.Repeat("b", 16<<10))
+					}
+					io.WriteString(c, "0\r\n\r\n")
+					continue
+				}
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nbulk\r\n0\r\n\r\n")
+			}
+		}}
+		tr := NewTransport(TransportOptions{DialContext: srv.dial, MaxConnsPerHost: 3, PipelineDepth: 4})
+		tr.noProbe = true
+		defer tr.Close()
+		// A request held open keeps a connection, and so the pool and
+		// what it learned, while the others' connections close.
+		hold := memGet(tr, "/hold")
+		defer func() { close(release); <-hold }()
+		synctest.Wait()
+		paths := func() []string {
+			p := tr.pools[poolKey{scheme: "http", addr: "mem.test:80"}]
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			return slices.Clone(p.streamPaths)
+		}
+		watch := func(d time.Duration) {
+			t.Helper()
+			req, _ := http.NewRequest(http.MethodGet, "http://mem.test/watch?stream", nil)
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			line, err := bufio.NewReader(resp.Body).ReadString('\n')
+			if err != nil || line != "{}\n" {
+				t.Fatalf("watch: %q, %v", line, err)
+			}
+			time.Sleep(d)
+			resp.Body.Close()
+			synctest.Wait()
+		}
+		for _, step := range []struct {
+			name string
+			do   func()
+			want []string
+		}{
+			{"a bulk chunked answer", func() { <-memGet(tr, "/watch") }, nil},
+			{"a chunked body too long to be read whole", func() {
+				if got := <-memGet(tr, "/big"); len(got) != big {
+					t.Fatalf("/big: %d bytes, want %d", len(got), big)
+				}
+			}, nil},
+			{"a stream of events", func() { watch(2 * time.Second) }, []string{"/watch"}},
+			{"the path's stream again", func() { watch(2 * time.Second) }, []string{"/watch"}},
+			{"a bulk answer on the path", func() { <-memGet(tr, "/watch") }, nil},
+		} {
+			step.do()
+			if got := paths(); !slices.Equal(got, step.want) {
+				t.Errorf("after %s: stream paths %q, want %q", step.name, got, step.want)
+			}
+		}
+	})
+}
+
+func TestNoteStreamPath(t *testing.T) {
+	many := make([]string, maxStreamPaths)
+	for i := range many {
+		many[i] = fmt.Sprint("/", i)
+	}
+	for _, tt := range []struct {
+		have []string
+		note string
+		want []string
+	}{
+		{nil, "/a", []string{"/a"}},
+		{[]string{"/a", "/b"}, "/c", []string{"/a", "/b", "/c"}},
+		{[]string{"/a", "/b", "/c"}, "/a", []string{"/b", "/c", "/a"}},
+		{many, "/new", append(slices.Clone(many[1:]), "/new")},
+		{many, "/0", append(slices.Clone(many[1:]), "/0")},
+	} {
+		p := &hostPool{streamPaths: slices.Clone(tt.have)}
+		p.noteStreamPathLocked(tt.note)
+		if !slices.Equal(p.streamPaths, tt.want) {
+			t.Errorf("noteStreamPath(%q, %q) = %q, want %q", tt.have, tt.note, p.streamPaths, tt.want)
+		}
 	}
 }
