@@ -2,6 +2,7 @@ package pipelined
 
 import (
 	"context"
+	"net/http"
 	"net/http/httptrace"
 	"slices"
 	"sync"
@@ -81,7 +82,7 @@ type hostPool struct {
 	// its head (place, attempt.toStream): nothing waits behind the
 	// watch it starts again, and its host's other chunked answers keep
 	// their trust.
-	streamPaths []string
+	streamPaths []streamPath
 	// lastStreamed: the last answer read in full was a stream
 	// (attempt.streamed): nothing is pipelined until the next one
 	// (stackOnLocked).
@@ -482,7 +483,7 @@ func (p *hostPool) gotHeaders(c *pconn, a *attempt, closing, bounded bool) {
 	}
 	p.gotHeadersLocked(c, a, closing)
 	if a.events {
-		p.noteStreamPathLocked(a.r.req.URL.Path)
+		p.noteStreamPathLocked(streamPathOf(a.r.req))
 	}
 	if a.streamAtHead {
 		// Held from its head, not from its first read from the network
@@ -588,7 +589,8 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers bool) err
 		s.probeDrain = false
 	}
 	if a.toStream && !a.events {
-		p.streamPaths = slices.DeleteFunc(p.streamPaths, func(s string) bool { return s == a.r.req.URL.Path })
+		sp := streamPathOf(a.r.req)
+		p.streamPaths = slices.DeleteFunc(p.streamPaths, func(s streamPath) bool { return s == sp })
 	}
 	if a.streamed || a.heldTentative || a.streamAtHead {
 		// Only a's own stream ends here: after a direct read, the turn
@@ -643,7 +645,7 @@ func (p *hostPool) streaming(c *pconn, a *attempt) {
 		p.chunkBounded = 0
 	}
 	if a.events {
-		p.noteStreamPathLocked(a.r.req.URL.Path)
+		p.noteStreamPathLocked(streamPathOf(a.r.req))
 	}
 	c.s.streaming = true
 	p.dispatchLocked() // waiters may dial now (canDialLocked)
@@ -653,9 +655,15 @@ func (p *hostPool) streaming(c *pconn, a *attempt) {
 // maxStreamPaths bounds hostPool.streamPaths.
 const maxStreamPaths = 16
 
+// A streamPath is a request's target without its query: its host too,
+// since a forward proxy's pool serves every host.
+type streamPath struct{ host, path string }
+
+func streamPathOf(r *http.Request) streamPath { return streamPath{r.URL.Host, r.URL.Path} }
+
 // noteStreamPathLocked remembers path as one whose answers are streams of
 // events (hostPool.streamPaths). p.mu is held.
-func (p *hostPool) noteStreamPathLocked(path string) {
+func (p *hostPool) noteStreamPathLocked(path streamPath) {
 	if i := slices.Index(p.streamPaths, path); i >= 0 {
 		p.streamPaths = slices.Delete(p.streamPaths, i, i+1)
 	} else if len(p.streamPaths) == maxStreamPaths {

@@ -140,7 +140,7 @@ func (p *hostPool) place(a *attempt) (*pconn, httptrace.GotConnInfo, error) {
 		p.mu.Unlock()
 		return nil, httptrace.GotConnInfo{}, &useH2{h}
 	}
-	if len(p.streamPaths) > 0 && !a.alone && a.r.pipelineable && slices.Contains(p.streamPaths, a.r.req.URL.Path) {
+	if len(p.streamPaths) > 0 && a.r.pipelineable && slices.Contains(p.streamPaths, streamPathOf(a.r.req)) {
 		// The path's answers were streams of events: as for a request
 		// that accepts text/event-stream, nothing is written behind it
 		// and it is written behind nothing.

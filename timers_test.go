@@ -1325,7 +1325,11 @@ func TestTimerStreamPaths(t *testing.T) {
 			p := tr.pools[poolKey{scheme: "http", addr: "mem.test:80"}]
 			p.mu.Lock()
 			defer p.mu.Unlock()
-			return slices.Clone(p.streamPaths)
+			var paths []string
+			for _, sp := range p.streamPaths {
+				paths = append(paths, sp.host+sp.path)
+			}
+			return paths
 		}
 		watch := func(d time.Duration) {
 			t.Helper()
@@ -1353,8 +1357,8 @@ func TestTimerStreamPaths(t *testing.T) {
 					t.Fatalf("/big: %d bytes, want %d", len(got), big)
 				}
 			}, nil},
-			{"a stream of events", func() { watch(2 * time.Second) }, []string{"/watch"}},
-			{"the path's stream again", func() { watch(2 * time.Second) }, []string{"/watch"}},
+			{"a stream of events", func() { watch(2 * time.Second) }, []string{"mem.test/watch"}},
+			{"the path's stream again", func() { watch(2 * time.Second) }, []string{"mem.test/watch"}},
 			{"a bulk answer on the path", func() { <-memGet(tr, "/watch") }, nil},
 		} {
 			step.do()
@@ -1366,20 +1370,22 @@ func TestTimerStreamPaths(t *testing.T) {
 }
 
 func TestNoteStreamPath(t *testing.T) {
-	many := make([]string, maxStreamPaths)
+	a, b, c := streamPath{"h", "/a"}, streamPath{"h", "/b"}, streamPath{"h", "/c"}
+	many := make([]streamPath, maxStreamPaths)
 	for i := range many {
-		many[i] = fmt.Sprint("/", i)
+		many[i] = streamPath{"h", fmt.Sprint("/", i)}
 	}
 	for _, tt := range []struct {
-		have []string
-		note string
-		want []string
+		have []streamPath
+		note streamPath
+		want []streamPath
 	}{
-		{nil, "/a", []string{"/a"}},
-		{[]string{"/a", "/b"}, "/c", []string{"/a", "/b", "/c"}},
-		{[]string{"/a", "/b", "/c"}, "/a", []string{"/b", "/c", "/a"}},
-		{many, "/new", append(slices.Clone(many[1:]), "/new")},
-		{many, "/0", append(slices.Clone(many[1:]), "/0")},
+		{nil, a, []streamPath{a}},
+		{[]streamPath{a, b}, c, []streamPath{a, b, c}},
+		{[]streamPath{a, b, c}, a, []streamPath{b, c, a}},
+		{[]streamPath{a}, streamPath{"other", "/a"}, []streamPath{a, {"other", "/a"}}},
+		{many, a, append(slices.Clone(many[1:]), a)},
+		{many, many[0], append(slices.Clone(many[1:]), many[0])},
 	} {
 		p := &hostPool{streamPaths: slices.Clone(tt.have)}
 		p.noteStreamPathLocked(tt.note)
