@@ -143,7 +143,25 @@ func diffHandler() http.Handler {
 		bw.WriteString("HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nX-Old: yes\r\n\r\nold style body")
 		bw.Flush()
 	})
+	mux.HandleFunc("/raw-101", func(w http.ResponseWriter, r *http.Request) {
+		// A 101 that names no protocol (no Upgrade), to a request that
+		// asked for none: the answer, without a body; what follows is
+		// nobody's to read.
+		conn, bw, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		bw.WriteString("HTTP/1.1 101 Switching Protocols\r\nX-Odd: yes\r\n\r\nno protocol's bytes")
+		bw.Flush()
+	})
 	return mux
+}
+
+// hijacked reports whether the server answers path from a hijacked
+// connection.
+func hijacked(path string) bool {
+	return path == "/raw-http10" || path == "/raw-101" || path == "/hangup"
 }
 
 func writeSortedHeader(b *strings.Builder, h http.Header) {
@@ -298,6 +316,7 @@ func diffCases() []diffCase {
 		{name: "404", method: "GET", path: "/status/404"},
 		{name: "500", method: "GET", path: "/status/500"},
 		{name: "HTTP/1.0 response", method: "GET", path: "/raw-http10"},
+		{name: "101 without Upgrade", method: "GET", path: "/raw-101"},
 		{name: "redirect", method: "GET", path: "/redirect", client: true},
 		{name: "redirect POST 302", method: "POST", path: "/redirect", body: text("dropped"), length: 7, client: true},
 		{name: "redirect POST 307", method: "POST", path: "/redirect307", body: text("kept"), length: 4, client: true},
@@ -502,7 +521,7 @@ func TestDifferentialConcurrent(t *testing.T) {
 		// (RFC 9112 §9.6 asks servers to close gracefully for this reason).
 		// Sequentially these cases are compared in TestDifferential.
 		if dc.method == "GET" && dc.body == nil && !dc.errOnly && !dc.client &&
-			dc.path != "/raw-http10" && dc.path != "/close" {
+			!hijacked(dc.path) && dc.path != "/close" {
 			cases = append(cases, dc)
 		}
 	}
@@ -563,8 +582,8 @@ func TestDifferentialTLS(t *testing.T) {
 	ours := NewTransport(TransportOptions{TLSClientConfig: cfg.Clone(), ExpectContinueTimeout: 30 * time.Second})
 	defer ours.Close()
 	for _, dc := range diffCases() {
-		if dc.path == "/raw-http10" || dc.path == "/hangup" {
-			continue // hijacked: not meaningful over TLS
+		if hijacked(dc.path) {
+			continue // not meaningful over TLS
 		}
 		t.Run(dc.name, func(t *testing.T) {
 			want := dc.roundTrip(t, std, srv.URL)
@@ -598,8 +617,8 @@ func TestDifferentialH2(t *testing.T) {
 	ours := NewTransport(TransportOptions{TLSClientConfig: cfg.Clone(), ExpectContinueTimeout: 30 * time.Second})
 	defer ours.Close()
 	for _, dc := range diffCases() {
-		if dc.path == "/raw-http10" || dc.path == "/hangup" {
-			continue // hijacked: not possible over HTTP/2
+		if hijacked(dc.path) {
+			continue // not possible over HTTP/2
 		}
 		if dc.name == "bad method" {
 			// net/http checks the method only after handing the request

@@ -909,7 +909,12 @@ func (c *pconn) readOne(a *attempt, peekErr error, direct bool) error {
 	resp.TLS = c.tls
 	c.observeHeaders(a, resp.StatusCode)
 	a.finalContinue(resp)
-	closing := resp.Close || a.r.closeAfter
+	// RFC 9110 §15.2.2: a 101 names the protocol it switches to
+	// (Upgrade). One that names none, or no Connection: upgrade, switches
+	// to nothing anyone could read: as with net/http, it is the answer,
+	// without a body, and the connection ends with it.
+	switched := resp.StatusCode == http.StatusSwitchingProtocols && isProtocolSwitch(resp.Header)
+	closing := resp.Close || a.r.closeAfter || resp.StatusCode == http.StatusSwitchingProtocols && !switched
 	if closing {
 		// RFC 9112 §9.6: a server that sends "close" processes no
 		// further request on the connection. Write nothing more, and
@@ -918,7 +923,7 @@ func (c *pconn) readOne(a *attempt, peekErr error, direct bool) error {
 		c.stopWriting()
 		c.resendBehind(true)
 	}
-	if resp.StatusCode == http.StatusSwitchingProtocols {
+	if switched {
 		resp.Body = &upgradeBody{br: c.br, conn: c.conn}
 		c.popHead()
 		// Out of the pool before the caller has it: the connection

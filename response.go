@@ -365,6 +365,15 @@ func parseStatusLine(line []byte, resp *http.Response) error {
 
 // bodyFraming applies RFC 9112 §6.3 to a final response head and sets the
 // fields of resp that net/http derives from it.
+// isProtocolSwitch reports whether the header of a 101 response switches
+// the connection to another protocol, as net/http's
+// Response.isProtocolSwitch: it names one (Upgrade) and says so
+// (Connection: upgrade).
+func isProtocolSwitch(h http.Header) bool {
+	up := h["Upgrade"]
+	return len(up) > 0 && up[0] != "" && httpguts.HeaderValuesContainsToken(h["Connection"], "upgrade")
+}
+
 func bodyFraming(resp *http.Response, method string) (framing, error) {
 	h := resp.Header
 	te, hasTE := h["Transfer-Encoding"]
