@@ -134,28 +134,26 @@ func diffHandler() http.Handler {
 			conn.Close()
 		}
 	})
-	mux.HandleFunc("/raw-http10", func(w http.ResponseWriter, r *http.Request) {
-		conn, bw, err := w.(http.Hijacker).Hijack()
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		bw.WriteString("HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nX-Old: yes\r\n\r\nold style body")
-		bw.Flush()
-	})
-	mux.HandleFunc("/raw-101", func(w http.ResponseWriter, r *http.Request) {
-		// A 101 that names no protocol (no Upgrade), to a request that
-		// asked for none: the answer, without a body; what follows is
-		// nobody's to read.
-		conn, bw, err := w.(http.Hijacker).Hijack()
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		bw.WriteString("HTTP/1.1 101 Switching Protocols\r\nX-Odd: yes\r\n\r\nno protocol's bytes")
-		bw.Flush()
-	})
+	mux.HandleFunc("/raw-http10", rawAnswer("HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nX-Old: yes\r\n\r\nold style body"))
+	// A 101 that names no protocol (no Upgrade), to a request that asked
+	// for none: the answer, without a body; what follows is nobody's to
+	// read.
+	mux.HandleFunc("/raw-101", rawAnswer("HTTP/1.1 101 Switching Protocols\r\nX-Odd: yes\r\n\r\nno protocol's bytes"))
 	return mux
+}
+
+// rawAnswer returns a handler that writes raw on the hijacked connection
+// and closes it.
+func rawAnswer(raw string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		conn, bw, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		bw.WriteString(raw)
+		bw.Flush()
+	}
 }
 
 // hijacked reports whether the server answers path from a hijacked

@@ -432,6 +432,22 @@ func memServeSerial(delay func(path string) time.Duration) func(int, net.Conn, *
 	}
 }
 
+// memEach returns a memServer handler that reads a connection's requests
+// one at a time, each with its body read, and hands each to serve, which
+// writes its answer (or none) on c. It ends at the first read error.
+func memEach(serve func(c net.Conn, req *http.Request)) func(int, net.Conn, *bufio.Reader) {
+	return func(_ int, c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, req.Body)
+			serve(c, req)
+		}
+	}
+}
+
 // memBurst sends GET /0 … /n-1 through tr at once, fails t unless each
 // gets its own path back, and returns how long the burst took.
 func memBurst(t *testing.T, tr *Transport, n int) time.Duration {

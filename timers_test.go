@@ -1005,47 +1005,40 @@ func TestTimerEventStreamBeside(t *testing.T) {
 		t.Run(fmt.Sprintf("accept=%v queued=%v large=%v ndjson=%v", tt.accept, tt.queued, tt.large, tt.ndjson), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				second := make(chan struct{})
-				srv := &memServer{handle: func(_ int, c net.Conn, br *bufio.Reader) {
-					for {
-						req, err := http.ReadRequest(br)
-						if err != nil {
-							return
-						}
-						io.Copy(io.Discard, req.Body)
-						switch req.URL.Path {
-						case "/events":
-							// An event, another when the test says, and
-							// the stream stays open until the client
-							// closes the connection.
-							if tt.queued {
-								time.Sleep(10 * time.Millisecond)
-							}
-							ct := "text/event-stream"
-							if tt.ndjson {
-								ct = "application/x-ndjson"
-							}
-							fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n\r\n9\r\ndata: x\n\n\r\n", ct)
-							if req.URL.RawQuery == "learn" {
-								continue // until the client closes
-							}
-							<-second
-							io.WriteString(c, "9\r\ndata: y\n\n\r\n")
-							continue
-						case "/large":
-							// The same two events in a body of known
-							// length, too long to be read whole.
-							const n = maxBufferedBody + 1
+				srv := &memServer{handle: memEach(func(c net.Conn, req *http.Request) {
+					switch req.URL.Path {
+					case "/events":
+						// An event, another when the test says, and the
+						// stream stays open until the client closes the
+						// connection.
+						if tt.queued {
 							time.Sleep(10 * time.Millisecond)
-							fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\ndata: x\n\n", n)
-							<-second
-							io.WriteString(c, "data: y\n\n"+strings.Repeat("\n", n-18))
-							continue
-						case "/slow":
-							time.Sleep(100 * time.Millisecond)
 						}
-						io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nbulk\r\n0\r\n\r\n")
+						ct := "text/event-stream"
+						if tt.ndjson {
+							ct = "application/x-ndjson"
+						}
+						fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n\r\n9\r\ndata: x\n\n\r\n", ct)
+						if req.URL.RawQuery == "learn" {
+							return // until the client closes
+						}
+						<-second
+						io.WriteString(c, "9\r\ndata: y\n\n\r\n")
+						return
+					case "/large":
+						// The same two events in a body of known length,
+						// too long to be read whole.
+						const n = maxBufferedBody + 1
+						time.Sleep(10 * time.Millisecond)
+						fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\ndata: x\n\n", n)
+						<-second
+						io.WriteString(c, "data: y\n\n"+strings.Repeat("\n", n-18))
+						return
+					case "/slow":
+						time.Sleep(100 * time.Millisecond)
 					}
-				}}
+					io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nbulk\r\n0\r\n\r\n")
+				})}
 				tr := NewTransport(TransportOptions{DialContext: srv.dial, MaxConnsPerHost: 2, PipelineDepth: 4})
 				tr.noProbe = true // the probe is another matter (TestTimerPipeliningProbe)
 				defer tr.Close()
@@ -1288,31 +1281,24 @@ func TestTimerStreamPaths(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const big = maxBufferedBody + 64<<10
 		release := make(chan struct{})
-		srv := &memServer{handle: func(_ int, c net.Conn, br *bufio.Reader) {
-			for {
-				req, err := http.ReadRequest(br)
-				if err != nil {
-					return
+		srv := &memServer{handle: memEach(func(c net.Conn, req *http.Request) {
+			switch req.URL.Path + "?" + req.URL.RawQuery {
+			case "/hold?":
+				<-release
+			case "/watch?stream":
+				// An event, then nothing until the client closes.
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{}\n\r\n")
+				return
+			case "/big?":
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+				for n := 0; n < big; n += 16 << 10 {
+					fmt.Fprintf(c, "%x\r\n%s\r\n", 16<<10, strings.Repeat("b", 16<<10))
 				}
-				io.Copy(io.Discard, req.Body)
-				switch req.URL.Path + "?" + req.URL.RawQuery {
-				case "/hold?":
-					<-release
-				case "/watch?stream":
-					// An event, then nothing until the client closes.
-					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{}\n\r\n")
-					continue
-				case "/big?":
-					io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
-					for n := 0; n < big; n += 16 << 10 {
-						fmt.Fprintf(c, "%x\r\n%s\r\n", 16<<10, strings.Repeat("b", 16<<10))
-					}
-					io.WriteString(c, "0\r\n\r\n")
-					continue
-				}
-				io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nbulk\r\n0\r\n\r\n")
+				io.WriteString(c, "0\r\n\r\n")
+				return
 			}
-		}}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nbulk\r\n0\r\n\r\n")
+		})}
 		tr := NewTransport(TransportOptions{DialContext: srv.dial, MaxConnsPerHost: 3, PipelineDepth: 4})
 		tr.noProbe = true
 		defer tr.Close()
