@@ -320,6 +320,19 @@ func (p *hostPool) dispatchLocked() {
 	if p.waiters.len() == 0 {
 		return
 	}
+	if h := p.h2.Load(); h != nil && len(p.conns) == 0 && p.dialing == 0 && !h.demoted.Load() && !h.gone.Load() {
+		// The host speaks HTTP/2, and no HTTP/1.1 connection of its is
+		// open or coming: nothing here will serve the waiters, and none
+		// dials for them (canDialLocked). They go where the host's
+		// requests go, as h2Dialed sends those that waited for its first
+		// connection. Without this, a dial that found the h2Host served
+		// already (h2Dialed) left its waiters here for ever.
+		for _, w := range p.waiters.takeAll() {
+			h.users.Add(1) // p is not gone: neither is h
+			w.give(waitResult{err: &useH2{h}})
+		}
+		return
+	}
 	p.farDialLocked()
 	covered := p.dialing
 	depth := p.depthLocked()

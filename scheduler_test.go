@@ -237,3 +237,56 @@ func TestDispatchQueue(t *testing.T) {
 		tr.Close()
 	}
 }
+
+// TestDispatchToH2: waiters left in the HTTP/1 queue once the host speaks
+// HTTP/2, with no HTTP/1.1 connection open or being dialed, go to the
+// h2Host (useH2): nothing else would ever serve them, since
+// canDialLocked dials nothing for them. TestH2PoolsChurn found them stuck
+// there (a dial that found the h2Host served already closed its
+// connection and left them); with a dial in progress, or a connection,
+// they stay.
+func TestDispatchToH2(t *testing.T) {
+	for _, tt := range []struct {
+		name          string
+		dialing       int
+		conns, demote bool
+		want          bool // the waiter is sent to HTTP/2
+	}{
+		{name: "nothing else", want: true},
+		{name: "a dial in progress", dialing: 1},
+		{name: "an HTTP/1.1 connection", conns: true},
+		{name: "turned back to HTTP/1.1", demote: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := NewTransport(TransportOptions{MaxConnsPerHost: 1})
+			defer tr.Close()
+			p := newHostPool(tr, poolKey{scheme: "https", addr: "127.0.0.1:1"})
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			h := p.h2HostLocked()
+			h.demoted.Store(tt.demote)
+			p.dialing = tt.dialing
+			if tt.conns {
+				p.conns = testConns(connState{inflight: 1, exclusive: true}) // it serves the waiter once free
+			}
+			req, _ := http.NewRequest(http.MethodGet, "https://127.0.0.1:1/", nil)
+			w := &waiter{a: newAttempt(newRequest(tr, req, p.key), false)}
+			p.waiters.push(w)
+			p.dispatchLocked()
+			var got bool
+			select {
+			case <-w.a.r.sig:
+				u, ok := w.res.err.(*useH2)
+				got = ok && u.h == h
+				if !got {
+					t.Fatalf("waiter given %+v", w.res)
+				}
+				h.users.Add(-1)
+			default:
+			}
+			if got != tt.want {
+				t.Errorf("sent to HTTP/2: %t, want %t", got, tt.want)
+			}
+		})
+	}
+}
