@@ -363,8 +363,6 @@ func parseStatusLine(line []byte, resp *http.Response) error {
 	return nil
 }
 
-// bodyFraming applies RFC 9112 §6.3 to a final response head and sets the
-// fields of resp that net/http derives from it.
 // isProtocolSwitch reports whether the header of a 101 response switches
 // the connection to another protocol, as net/http's
 // Response.isProtocolSwitch: it names one (Upgrade) and says so
@@ -374,6 +372,8 @@ func isProtocolSwitch(h http.Header) bool {
 	return len(up) > 0 && up[0] != "" && httpguts.HeaderValuesContainsToken(h["Connection"], "upgrade")
 }
 
+// bodyFraming applies RFC 9112 §6.3 to a final response head and sets the
+// fields of resp that net/http derives from it.
 func bodyFraming(resp *http.Response, method string) (framing, error) {
 	h := resp.Header
 	te, hasTE := h["Transfer-Encoding"]
