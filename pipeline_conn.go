@@ -1054,15 +1054,10 @@ func (c *pconn) readBodyFrom(a *attempt, resp *http.Response, f framing, closing
 		cr = newChunkedReader(c.br, c.t.opts.MaxResponseHeaderBytes)
 		cr.raw = &c.nr
 		src = cr
-		if ct := resp.Header["Content-Type"]; len(ct) > 0 && isEventStream(ct[0]) {
-			// Server-sent events: open, a stream from its head, which
+		if ct := resp.Header["Content-Type"]; a.toStream || len(ct) > 0 && isEventStream(ct[0]) {
+			// Server-sent events, or an answer on a path whose answers
+			// were streams of events: open, a stream from its head, which
 			// says nothing of the host's other chunked answers.
-			a.events = true
-			break
-		}
-		if a.toStream {
-			// Its path's answers were streams of events: so is this
-			// one, from its head, as server-sent events are.
 			a.events = true
 			break
 		}
@@ -1094,7 +1089,10 @@ func (c *pconn) readBodyFrom(a *attempt, resp *http.Response, f framing, closing
 		b.Close() // abandoned: nobody reads it
 	}
 	s := &bodyStream{c: c, a: a, b: b, open: open, tentative: tentative, chunkedOrUntilClose: lr == nil}
-	start := monoNow()
+	var start monoTime
+	if a.toStream {
+		start = monoNow()
+	}
 	err := s.pump(src, lr, cr)
 	s.stop()
 	if a.toStream && time.Duration(monoNow()-start) < c.drainWait() {

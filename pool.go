@@ -643,9 +643,9 @@ func (p *hostPool) streaming(c *pconn, a *attempt) {
 	p.mu.Lock()
 	if a.tentative {
 		p.chunkBounded = 0
-	}
-	if a.events {
-		p.noteStreamPathLocked(streamPathOf(a.r.req))
+		if a.events { // the verdict's; the others are noted at the head
+			p.noteStreamPathLocked(streamPathOf(a.r.req))
+		}
 	}
 	c.s.streaming = true
 	p.dispatchLocked() // waiters may dial now (canDialLocked)
