@@ -261,6 +261,23 @@ func newTestTransport(t *testing.T, opts TransportOptions) *Transport {
 	return tr
 }
 
+// rtResult is what a RoundTrip returned.
+type rtResult struct {
+	resp *http.Response
+	err  error
+}
+
+// roundTripAsync runs rt.RoundTrip(req) in a goroutine of its own and
+// sends what it returns on the channel.
+func roundTripAsync(rt http.RoundTripper, req *http.Request) <-chan rtResult {
+	ch := make(chan rtResult, 1)
+	go func() {
+		resp, err := rt.RoundTrip(req)
+		ch <- rtResult{resp, err}
+	}()
+	return ch
+}
+
 func get(t *testing.T, tr http.RoundTripper, url string) (*http.Response, error) {
 	t.Helper()
 	req, err := http.NewRequest("GET", url, nil)

@@ -241,22 +241,14 @@ func TestFullDuplexBody(t *testing.T) {
 	tr := newTestTransport(t, TransportOptions{})
 	pr, pw := io.Pipe()
 	req, _ := http.NewRequest(http.MethodPost, srv.URL, pr)
-	type rt struct {
-		resp *http.Response
-		err  error
-	}
-	ch := make(chan rt, 1)
-	go func() {
-		resp, err := tr.RoundTrip(req)
-		ch <- rt{resp, err}
-	}()
+	ch := roundTripAsync(tr, req)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		io.WriteString(pw, "ping 0\n")
 	}()
-	var res rt
+	var res rtResult
 	select {
 	case res = <-ch:
 	case <-time.After(testTimeout):

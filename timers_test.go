@@ -1103,15 +1103,7 @@ func TestTimerEventStreamBeside(t *testing.T) {
 				if tt.accept {
 					req.Header.Set("Accept", "text/event-stream")
 				}
-				type result struct {
-					resp *http.Response
-					err  error
-				}
-				stream := make(chan result, 1)
-				go func() {
-					resp, err := tr.RoundTrip(req)
-					stream <- result{resp, err}
-				}()
+				stream := roundTripAsync(tr, req)
 				synctest.Wait()
 				start := time.Now()
 				var bulk <-chan string
