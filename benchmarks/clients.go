@@ -47,12 +47,18 @@ const (
 	// The slow suite's opt-in row: a late safe head is also sent on
 	// another connection (TransportOptions.HedgeHeadOfLine).
 	clientPipelinedHedge = "pipelined HedgeHeadOfLine"
+
+	// fasthttp's engines behind the net/http API (roundtripper.go): what
+	// a drop-in transport cannot save, measured against the engine.
+	clientFastHostRT     = clientFastHost + " " + rtSuffix
+	clientFastPipelineRT = clientFastPipeline + " " + rtSuffix
+	rtSuffix             = "RoundTripper"
 )
 
 var allClients = []string{
 	clientNetHTTP, clientPipelined, clientFastHost, clientFastPipeline, clientNetHTTPNoKA, clientPipelinedNoKA,
 	clientNetHTTPDefaults, clientPipelinedDefaults, clientNetHTTPH2, clientNetHTTPH1, clientPipelinedH2, clientPipelinedH1,
-	clientPipelinedHedge,
+	clientPipelinedHedge, clientFastHostRT, clientFastPipelineRT,
 }
 
 func isNoKeepAlive(name string) bool {
@@ -167,6 +173,10 @@ func newClient(name string, cfg clientConfig) (benchClient, error) {
 		}, nil
 	case clientPipelined, clientPipelinedNoKA, clientPipelinedDefaults, clientPipelinedH1, clientPipelinedH2, clientPipelinedHedge:
 		return newPipelinedClient(name, cfg)
+	case clientFastHostRT:
+		return newFastRoundTripper(name, clientFastHost, cfg)
+	case clientFastPipelineRT:
+		return newFastRoundTripper(name, clientFastPipeline, cfg)
 	case clientFastHost, clientFastPipeline:
 		if cfg.URL != "" {
 			return nil, fmt.Errorf("%w with -url", errUnsupported)

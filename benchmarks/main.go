@@ -1116,6 +1116,20 @@ func ratioLines(rows []result, tail bool) []string {
 			out = append(out, p.Client+" "+strings.Join(parts, "; "))
 		}
 	}
+	// A fasthttp engine behind the net/http API, against the engine alone
+	// (roundtripper.go): what the API costs.
+	for _, p := range rows {
+		engine, isRT := strings.CutSuffix(p.Client, " "+rtSuffix)
+		if !isRT || !ok(p) {
+			continue
+		}
+		for _, q := range rows {
+			if q.Client == engine && ok(q) {
+				out = append(out, fmt.Sprintf("%s / %s: req/s %.2f, CPU/req %.2f (+%.1fµs), p99 %.2f", p.Client, q.Client,
+					p.ReqPerSec/q.ReqPerSec, p.CPUPerReq/q.CPUPerReq, p.CPUPerReq-q.CPUPerReq, p.P99Ms/q.P99Ms))
+			}
+		}
+	}
 	return out
 }
 

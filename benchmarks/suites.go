@@ -37,6 +37,11 @@ var defaultSuites = []string{"default", "concurrency"}
 // buffering a body to streaming it (pipelined streams bodies over 256 KiB).
 var bodySizes = []int{128, 16 << 10, 64 << 10, 64<<10 + 1, 256 << 10, 256<<10 + 1, 1 << 20, 4 << 20}
 
+// withRoundTrippers is the default rows and fasthttp's engines behind
+// http.Client (roundtripper.go), each below its engine.
+var withRoundTrippers = []string{clientNetHTTP, clientPipelined,
+	clientFastHost, clientFastHostRT, clientFastPipeline, clientFastPipelineRT}
+
 // suiteScenarios returns the scenarios of the named suite. The servers of
 // o.servers apply to the suites that run on both; BODY to the default one.
 func suiteScenarios(name string, o *options) []scenario {
@@ -97,10 +102,12 @@ func suiteScenarios(name string, o *options) []scenario {
 		out = append(out, scenario{Server: modeConcurrent, C: 5, K: 10, P: 1, Body: 128, TLS: true,
 			Clients: []string{clientNetHTTPH1, clientPipelinedH1, clientFastHost}})
 	case "p5":
-		// As many callers as connections: nothing to pipeline.
-		out = both(scenario{C: 5, K: 10, P: 5, Body: 128})
+		// As many callers as connections: nothing to pipeline. The
+		// fasthttp engines also run behind the net/http API
+		// (roundtripper.go): the floor of any drop-in transport.
+		out = both(scenario{C: 5, K: 10, P: 5, Body: 128, Clients: withRoundTrippers})
 	case "post":
-		out = both(scenario{C: 5, K: 10, P: 50, Body: 128, Method: http.MethodPost, ReqBody: 1 << 10})
+		out = both(scenario{C: 5, K: 10, P: 50, Body: 128, Method: http.MethodPost, ReqBody: 1 << 10, Clients: withRoundTrippers})
 	case "upload":
 		// Request bodies of 16 KiB to 1 MiB (POST, then PUT, which may be
 		// pipelined): how a transport hands a large body to the socket.
