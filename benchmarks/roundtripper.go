@@ -19,8 +19,8 @@ import (
 // It validates nothing and retries nothing.
 //
 // Its rows say what the net/http API costs on top of fasthttp's own
-// engine, in the same run: the floor under any drop-in transport's CPU per
-// request, measured against the peer it wraps (issue 15's targets are
+// engine, in the same run: what a drop-in transport pays for the API
+// that the peer it wraps does not (issue 15's targets are
 // ratios to fasthttp.HostClient and fasthttp.PipelineClient, which reuse
 // their request and response objects and allocate nothing).
 type fastRoundTripper struct {

@@ -104,7 +104,7 @@ func suiteScenarios(name string, o *options) []scenario {
 	case "p5":
 		// As many callers as connections: nothing to pipeline. The
 		// fasthttp engines also run behind the net/http API
-		// (roundtripper.go): the floor of any drop-in transport.
+		// (roundtripper.go): what the API adds to their CPU per request.
 		out = both(scenario{C: 5, K: 10, P: 5, Body: 128, Clients: withRoundTrippers})
 	case "post":
 		out = both(scenario{C: 5, K: 10, P: 50, Body: 128, Method: http.MethodPost, ReqBody: 1 << 10, Clients: withRoundTrippers})
