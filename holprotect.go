@@ -562,3 +562,66 @@ func isPipelineFailure(err error) bool {
 func isConnReset(err error) bool {
 	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
+
+// Late heads. A request written behind another waits, whatever its own
+// service time, until the answer ahead of it is read; against a server
+// whose answers mostly come at once and now and then late (one in a
+// hundred after 200 ms, the rest after 1 ms), every request behind a late
+// head waits out the late answer, where net/http, which writes each
+// request on a connection of its own, waits only for its own. So a host
+// keeps a moving average of how long its answers hold their connection's
+// head (the usual wait, late ones left out), and another, over every
+// answer, of the time spent in late ones: what a request written behind
+// a head can expect to wait for it beyond the usual. While that is as
+// long as the usual wait itself, pipelining costs the requests behind
+// more than it saves them, and the pipelining threshold no longer holds
+// back the dials of pipelineable requests (hostPool.gainsLocked): up to
+// MaxConnsPerHost (no limit by default, as net/http), a request takes a
+// connection of its own rather than a place behind a head. A limit that
+// is reached still pipelines, as before.
+//
+// Measured: a migrated service (OptionsFrom(http.DefaultTransport))
+// against a server that runs pipelined requests at once, 1% of its
+// answers after 200 ms (docs/benchmarks.md, session 47).
+const (
+	lateHeadWaits   = 20                    // a head is late after this many of the host's usual waits
+	lateHeadMin     = 50 * time.Millisecond // and never sooner
+	usualWaitWeight = 1.0 / 16              // of a new wait in the usual one
+	lateWaitWeight  = 1.0 / 128             // of a new answer in the late average: one rare late answer turns nothing
+)
+
+// headWaits is a host's record of how long its answers hold their
+// connections' heads, guarded by hostPool.mu.
+type headWaits struct {
+	usual time.Duration // moving average of the waits that were not late
+	late  float64       // moving average over all answers of their late waits (0 if not late), in ns
+	mixed bool          // late >= usual: requests written behind a head lose by it
+}
+
+// lateAfter is how long a head may wait before it is late.
+func (h *headWaits) lateAfter() time.Duration {
+	return max(lateHeadWaits*h.usual, lateHeadMin)
+}
+
+// note adds an answer that came wait after its request became the head
+// of its connection. The verdict turns on once the late average reaches
+// the usual wait, and off once it falls below half of it.
+func (h *headWaits) note(wait time.Duration) {
+	if h.usual == 0 {
+		h.usual = wait
+	}
+	lateWait := 0.0
+	if wait >= h.lateAfter() {
+		lateWait = float64(wait)
+	} else {
+		h.usual += time.Duration(float64(wait-h.usual) * usualWaitWeight)
+		h.usual = max(h.usual, 1)
+	}
+	h.late += (lateWait - h.late) * lateWaitWeight
+	switch {
+	case h.late >= float64(h.usual):
+		h.mixed = true
+	case h.late < float64(h.usual)/2:
+		h.mixed = false
+	}
+}

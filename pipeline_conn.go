@@ -504,6 +504,9 @@ func (c *pconn) send(a *attempt) error {
 	c.fifo = append(c.fifo, a)
 	c.notePipelinedLocked()
 	head := len(c.fifo) == 1
+	if head {
+		a.headAt = now
+	}
 	var first *attempt // the head, if a is the first request behind it
 	if len(c.fifo) == 2 {
 		first = c.fifo[0]
@@ -894,12 +897,15 @@ func (c *pconn) readOne(a *attempt, peekErr error, direct bool) error {
 	// to a request sent together with the one ahead, before anything sent
 	// after it, is one such a server does not give (probeLocked).
 	a.proves = a.together && c.nr.seenWrote <= a.wireEnd.Load()
-	behind, sentAt := a.behind, a.sentAt
+	behind, sentAt, headAt := a.behind, a.sentAt, a.headAt
 	c.mu.Unlock()
-	if behind && sentAt != 0 && c.prevEnd != 0 {
+	if headAt != 0 {
 		now := monoNow()
-		a.gap, a.timed = time.Duration(now-c.prevEnd), true
-		a.shadow = time.Duration(c.prevEnd - sentAt)
+		a.headWait = max(time.Duration(now-headAt), 1)
+		if behind && sentAt != 0 && c.prevEnd != 0 {
+			a.gap, a.timed = time.Duration(now-c.prevEnd), true
+			a.shadow = time.Duration(c.prevEnd - sentAt)
+		}
 	}
 	if _, ok := resp.Header["Keep-Alive"]; ok {
 		ka := parseKeepAlive(resp.Header)
@@ -1489,14 +1495,17 @@ func (c *pconn) popHead() {
 	c.notePipelinedLocked()
 	c.answered++
 	var next *attempt
+	var now monoTime
 	if len(c.fifo) > 0 {
 		next = c.fifo[0]
+		now = monoNow()
+		next.headAt = now
 	}
 	c.mu.Unlock()
 	if next != nil {
 		c.prevEnd = 0
 		if next.behind && next.sentAt != 0 { // read after mu: written under it
-			c.prevEnd = monoNow()
+			c.prevEnd = now
 		}
 		c.armHeaderTimeout(next)
 	}

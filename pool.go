@@ -106,6 +106,9 @@ type hostPool struct {
 	bodyAvg     float64
 	hedgeBudget float64 // early re-sends allowed (holprotect.go, holAfterLocked)
 	copyBudget  float64 // copies of late heads allowed (holprotect.go, lateHead)
+	// heads: how long the host's answers keep their connections' heads
+	// (holprotect.go, headWaits), for gainsLocked.
+	heads headWaits
 	// kaRetired counts the connections retired before the end their
 	// server announced in Keep-Alive (keepalive.go), for Stats.
 	kaRetired int
@@ -572,6 +575,9 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers bool) err
 	}
 	if a.timed {
 		p.noteOrderLocked(a.gap, a.writeGap, a.shadow)
+	}
+	if a.headWait > 0 {
+		p.heads.note(a.headWait)
 	}
 	s := &c.s
 	s.inflight--
@@ -1270,6 +1276,9 @@ func (p *hostPool) gainsLocked() bool {
 	}
 	if p.burst && time.Duration(monoNow()-p.burstStart) >= p.burstWaitLocked() {
 		return false // the burst had no answer within its wait
+	}
+	if p.heads.mixed {
+		return false // what waits behind a head waits out late ones (headWaits)
 	}
 	if p.serialUntil.IsZero() || p.serviceGapLocked() < serialDialGap {
 		return true

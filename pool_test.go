@@ -649,3 +649,34 @@ func TestPoolLastConnGoneAwaitsAnswer(t *testing.T) {
 		tr.Close()
 	}
 }
+
+// TestHeadWaits: the verdict that requests written behind a head lose by
+// it (holprotect.go, headWaits), after a run of answers of the given
+// waits, the pattern repeated.
+func TestHeadWaits(t *testing.T) {
+	ms := time.Millisecond
+	for _, tt := range []struct {
+		name    string
+		pattern []time.Duration // repeated to 2000 answers
+		want    bool
+	}{
+		{"all quick", []time.Duration{ms}, false},
+		{"1% after 200 ms, the rest after 1 ms", append(slices.Repeat([]time.Duration{ms}, 99), 200*ms), true},
+		{"0.1% after 1 s, the rest after 30 ms", append(slices.Repeat([]time.Duration{30 * ms}, 999), time.Second), false},
+		{"all after 200 ms", []time.Duration{200 * ms}, false},
+		{"varied, none late", []time.Duration{ms, 5 * ms, 2 * ms, 9 * ms}, false},
+		{"late, then 600 quick answers", append(slices.Repeat([]time.Duration{200 * ms}, 5), slices.Repeat([]time.Duration{ms}, 600)...), false},
+	} {
+		var h headWaits
+		n := 2000
+		if strings.HasPrefix(tt.name, "late, then") {
+			n = len(tt.pattern) // once
+		}
+		for i := range n {
+			h.note(tt.pattern[i%len(tt.pattern)])
+		}
+		if h.mixed != tt.want {
+			t.Errorf("%s: mixed = %v (usual %v, late %v), want %v", tt.name, h.mixed, h.usual, time.Duration(h.late), tt.want)
+		}
+	}
+}

@@ -264,6 +264,13 @@ type attempt struct {
 	// writeGap is how long after the request ahead of it a pipelined
 	// request joined the fifo, set by send under pconn.mu.
 	writeGap time.Duration
+	// headAt is when it became the oldest unanswered request on its
+	// connection (written with nothing ahead, or the answer ahead read),
+	// set under pconn.mu; headWait is how long after that its headers
+	// came, set by the reader before it reports the response done
+	// (hostPool.noteHeadWaitLocked).
+	headAt   monoTime
+	headWait time.Duration
 	// ka is the Keep-Alive hint of the response, if it had one, set by the
 	// reader before it reports the headers.
 	ka *keepAliveHint

@@ -1372,3 +1372,70 @@ func TestNoteStreamPath(t *testing.T) {
 		}
 	}
 }
+
+// TestTimerLateHeadsDial: once a host's answers hold their connections'
+// heads late often enough (holprotect.go, headWaits), a GET that could
+// open a connection of its own does so instead of being written behind a
+// head that has not answered, as net/http's would; before that, it is
+// pipelined behind it (PipelineConnsPerHost 1).
+func TestTimerLateHeadsDial(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		late      bool // one answer came after 200 ms, the others at once
+		wantDials int32
+		wantAhead bool // the GET's answer came while the head was still unanswered
+	}{
+		{name: "quick answers", late: false, wantDials: 1, wantAhead: false},
+		{name: "a late answer", late: true, wantDials: 2, wantAhead: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				release := make(chan struct{})
+				srv := &memServer{handle: memEach(func(c net.Conn, req *http.Request) {
+					switch req.URL.Path {
+					case "/slow":
+						time.Sleep(200 * time.Millisecond)
+					case "/block":
+						<-release
+					}
+					answer(c, req)
+				})}
+				tr := NewTransport(TransportOptions{DialContext: srv.dial, PipelineConnsPerHost: 1, PipelineDepth: 4, HeadOfLineTimeout: time.Hour})
+				tr.noProbe = true // the probe is another matter (TestTimerPipeliningProbe)
+				defer tr.Close()
+				for range 20 {
+					if got := <-memGet(tr, "/q"); got != "/q" {
+						t.Fatalf("/q = %q", got)
+					}
+				}
+				if tt.late {
+					if got := <-memGet(tr, "/slow"); got != "/slow" {
+						t.Fatalf("/slow = %q", got)
+					}
+				}
+				block := memGet(tr, "/block")
+				synctest.Wait()
+				quick := memGet(tr, "/quick")
+				synctest.Wait()
+				ahead := false
+				select {
+				case got := <-quick:
+					ahead = got == "/quick"
+				default:
+				}
+				close(release)
+				if got := <-block; got != "/block" {
+					t.Fatalf("/block = %q", got)
+				}
+				if !ahead {
+					if got := <-quick; got != "/quick" {
+						t.Fatalf("/quick = %q", got)
+					}
+				}
+				if ahead != tt.wantAhead || srv.dials.Load() != tt.wantDials {
+					t.Errorf("answered while the head was out: %v, dials %d; want %v, %d", ahead, srv.dials.Load(), tt.wantAhead, tt.wantDials)
+				}
+			})
+		})
+	}
+}
