@@ -260,7 +260,6 @@ type attempt struct {
 	// how long after the request joined the fifo that one ended (shadow;
 	// pool.go, noteOrderLocked).
 	gap, shadow time.Duration
-	timed       bool
 	// writeGap is how long after the request ahead of it a pipelined
 	// request joined the fifo, set by send under pconn.mu.
 	writeGap time.Duration
@@ -291,6 +290,9 @@ type attempt struct {
 	// reports the headers, or by the stream verdict before it reports
 	// the stream. The pool remembers its path (hostPool.streamPaths).
 	events bool
+	// timed: gap and shadow are set (above; among the bools, where it
+	// takes no word of its own).
+	timed bool
 	// streamGap is how long nothing of a chunked answer may arrive before
 	// the answer is taken for a stream (bodyStream.tentative), set by the
 	// pool when it places a: two of the host's round trips (its shortest
