@@ -122,14 +122,17 @@ func suiteScenarios(name string, o *options) []scenario {
 		// requests sent twice (server side). On the serial server (one
 		// at a time per connection) and the concurrent one, with every
 		// pipeline place taken (P=50), and on the concurrent one with
-		// fewer callers than places (P=10).
+		// fewer callers than places (P=10). The migrated-service rows
+		// have no connection limit: there net/http opens a connection
+		// per request and waits for no late answer but its own.
 		for _, c := range []struct {
 			mode string
 			p    int
 		}{{modeSerial, 50}, {modeConcurrent, 50}, {modeConcurrent, 10}} {
 			out = append(out, scenario{Server: c.mode, C: 5, K: 10, P: c.p, Delay: ms, Body: 128,
 				SlowFrac: 0.01, Slow: 200 * ms, Track: true, duration: 8 * time.Second,
-				Clients: []string{clientNetHTTP, clientPipelined, clientPipelinedHedge, clientFastHost, clientFastPipeline}})
+				Clients: []string{clientNetHTTP, clientPipelined, clientPipelinedHedge, clientFastHost, clientFastPipeline,
+					clientNetHTTPDefaults, clientPipelinedDefaults}})
 		}
 	case "undici":
 		// The shape of undici's README benchmark: 64 KiB after 1 ms, 50
