@@ -267,7 +267,7 @@ type attempt struct {
 	// connection (written with nothing ahead, or the answer ahead read),
 	// set under pconn.mu; headWait is how long after that its headers
 	// came, set by the reader before it reports the response done
-	// (hostPool.noteHeadWaitLocked).
+	// (headWaits.note, in hostPool.responseDone).
 	headAt   monoTime
 	headWait time.Duration
 	// ka is the Keep-Alive hint of the response, if it had one, set by the
