@@ -678,6 +678,17 @@ func TestDirectReadNow(t *testing.T) {
 			})
 			tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1})
 			for i := range 3 {
+				if i > 0 {
+					// A caller reads its own answer on a connection
+					// that rests: wait until the reader goroutine,
+					// which read the last answer's rest, has let the
+					// turn go (a GET sent before that is handed to it,
+					// which is not what this test checks).
+					waitFor(t, "the connection rests", func() bool {
+						c := soleConn(tr, srv)
+						return c != nil && c.rd.Load() == rdFree
+					})
+				}
 				var direct atomic.Bool
 				req, _ := http.NewRequestWithContext(directTrace(context.Background(), &direct), http.MethodGet, srv.url("/"), nil)
 				before := tr.handOvers.Load()
