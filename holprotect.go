@@ -608,7 +608,7 @@ func (h *headWaits) lateAfter() time.Duration {
 // the usual wait, and off once it falls below half of it.
 func (h *headWaits) note(wait time.Duration) {
 	if h.usual == 0 {
-		h.usual = wait
+		h.usual = wait // the first answer is the usual one, late or not: nothing is known before it
 	}
 	lateWait := 0.0
 	if wait >= h.lateAfter() {

@@ -504,7 +504,12 @@ func (c *pconn) send(a *attempt) error {
 	c.fifo = append(c.fifo, a)
 	c.notePipelinedLocked()
 	head := len(c.fifo) == 1
-	if head {
+	if head && a.r.pipelineable {
+		// Only a request others may be written behind says what they
+		// would wait for (hostPool.heads): a POST's wait holds its
+		// upload, and nothing follows it before its answer anyway. A
+		// request behind another is pipelineable, and gets its headAt
+		// when it becomes the head (popHead).
 		a.headAt = now
 	}
 	var first *attempt // the head, if a is the first request behind it

@@ -576,10 +576,7 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers bool) err
 	if a.timed {
 		p.noteOrderLocked(a.gap, a.writeGap, a.shadow)
 	}
-	if a.headWait > 0 && a.r.pipelineable {
-		// Only a request others may be written behind says what they
-		// would wait for: a POST's wait holds its upload, and nothing
-		// follows it before its answer anyway.
+	if a.headWait > 0 { // pipelineable requests only (pconn.send)
 		p.heads.note(a.headWait)
 	}
 	s := &c.s

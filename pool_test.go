@@ -658,19 +658,21 @@ func TestHeadWaits(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
 		pattern []time.Duration // repeated to 2000 answers
+		once    bool            // the pattern once, not repeated
 		want    bool
 	}{
-		{"all quick", []time.Duration{ms}, false},
-		{"1% after 200 ms, the rest after 1 ms", append(slices.Repeat([]time.Duration{ms}, 99), 200*ms), true},
-		{"0.1% after 1 s, the rest after 30 ms", append(slices.Repeat([]time.Duration{30 * ms}, 999), time.Second), false},
-		{"all after 200 ms", []time.Duration{200 * ms}, false},
-		{"varied, none late", []time.Duration{ms, 5 * ms, 2 * ms, 9 * ms}, false},
-		{"late, then 600 quick answers", append(slices.Repeat([]time.Duration{200 * ms}, 5), slices.Repeat([]time.Duration{ms}, 600)...), false},
+		{name: "all quick", pattern: []time.Duration{ms}},
+		{name: "1% after 200 ms, the rest after 1 ms", pattern: append(slices.Repeat([]time.Duration{ms}, 99), 200*ms), want: true},
+		{name: "0.1% after 1 s, the rest after 30 ms", pattern: append(slices.Repeat([]time.Duration{30 * ms}, 999), time.Second)},
+		{name: "all after 200 ms", pattern: []time.Duration{200 * ms}},
+		{name: "varied, none late", pattern: []time.Duration{ms, 5 * ms, 2 * ms, 9 * ms}},
+		{name: "5 late, then 300 quick answers: still on", pattern: quickLateQuick(100, 5, 300), once: true, want: true},
+		{name: "5 late, then 600 quick answers: off again", pattern: quickLateQuick(100, 5, 600), once: true},
 	} {
 		var h headWaits
 		n := 2000
-		if strings.HasPrefix(tt.name, "late, then") {
-			n = len(tt.pattern) // once
+		if tt.once {
+			n = len(tt.pattern)
 		}
 		for i := range n {
 			h.note(tt.pattern[i%len(tt.pattern)])
@@ -679,4 +681,12 @@ func TestHeadWaits(t *testing.T) {
 			t.Errorf("%s: mixed = %v (usual %v, late %v), want %v", tt.name, h.mixed, h.usual, time.Duration(h.late), tt.want)
 		}
 	}
+}
+
+// quickLateQuick is TestHeadWaits' pattern of a quick answers (1 ms),
+// then l late ones (200 ms), then q quick ones.
+func quickLateQuick(a, l, q int) []time.Duration {
+	p := slices.Repeat([]time.Duration{time.Millisecond}, a)
+	p = append(p, slices.Repeat([]time.Duration{200 * time.Millisecond}, l)...)
+	return append(p, slices.Repeat([]time.Duration{time.Millisecond}, q)...)
 }
