@@ -519,7 +519,7 @@ func TestHeadOfLineResend(t *testing.T) {
 		}
 	}()
 	tr := NewTransport(TransportOptions{MaxConnsPerHost: 2, PipelineDepth: 4, HeadOfLineTimeout: 50 * time.Millisecond})
-	tr.noProbe = true // pipelined behind the stalled heads before any answer
+	tr.opts.FixedPolicy = true // pipelined behind the stalled heads before any answer
 	defer tr.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -644,8 +644,7 @@ func TestHedgeHeadOfLine(t *testing.T) {
 					},
 				},
 			})
-			tr.noBurstWait = true // x is pipelined behind the stalled head, not dialed
-			tr.noProbe = true
+			tr.opts.FixedPolicy = true // x is pipelined behind the stalled head, not dialed
 			defer tr.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 			defer cancel()
@@ -750,7 +749,7 @@ func TestHeadOfLineDisabled(t *testing.T) {
 	unblock := func() { once.Do(func() { close(release) }) }
 	defer unblock()
 	tr := NewTransport(TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 4, HeadOfLineTimeout: -1})
-	tr.noProbe = true // pipelined behind the stalled head before any answer
+	tr.opts.FixedPolicy = true // pipelined behind the stalled head before any answer
 	defer tr.Close()
 	var wg sync.WaitGroup
 	for _, p := range []string{"/get/slow", "/get/x", "/get/y"} {

@@ -187,7 +187,7 @@ func TestH2H1OnlyStillPipelined(t *testing.T) {
 		io.WriteString(w, r.Proto)
 	}), nil)
 	tr := newTestTransport(t, TransportOptions{TLSClientConfig: tlsRoots(srv), MaxConnsPerHost: 1, PipelineDepth: 4})
-	tr.noProbe = true // 4 behind the stalled head before any answer
+	tr.opts.FixedPolicy = true // 4 behind the stalled head before any answer
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {

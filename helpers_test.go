@@ -671,3 +671,22 @@ func inFrame(suffix string) bool {
 		}
 	}
 }
+
+// routeVerdict returns what tr's pool for the request's host holds about
+// the request's route class (model.go); followUnseen if there is no pool.
+func routeVerdict(tr *Transport, method, url string) followVerdict {
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		panic(err)
+	}
+	tr.mu.RLock()
+	addr, _ := canonicalAddr(req.URL.Scheme, req.URL.Host)
+	p := tr.pools[poolKey{scheme: req.URL.Scheme, addr: addr}]
+	tr.mu.RUnlock()
+	if p == nil {
+		return followUnseen
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.model.follow(classOf(req, method))
+}

@@ -351,6 +351,9 @@ func (p *hostPool) depthLocked() int {
 		return 1
 	}
 	d := p.t.depth
+	if p.model.fixed {
+		return d // learns nothing (TransportOptions.FixedPolicy)
+	}
 	if d > 1 && p.serialLocked() {
 		d = serialDepth(d, p.dialTook, p.serviceGapLocked(), p.serialMixed)
 	}
@@ -422,7 +425,7 @@ func (p *hostPool) holAfterLocked() time.Duration {
 	if p.t.opts.HedgeHeadOfLine {
 		p.copyBudget = min(p.copyBudget+hedgeRate, hedgeBurst)
 	}
-	if p.hedgeBudget < 1 || p.serialGap <= 0 || !p.serialLocked() {
+	if p.hedgeBudget < 1 || p.serialGap <= 0 || p.model.fixed || !p.serialLocked() {
 		return 0
 	}
 	d := max(serialHOLGaps*p.serialGap, serialHOLMin)

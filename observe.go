@@ -146,6 +146,34 @@ func (c *pconn) observeHeaders(a *attempt, status int) {
 
 // observeIdle reports that c has nothing in flight any more and stays
 // open, if the pool decided so (went is true).
+// modelChange is a change of a route class's verdict, reported to the
+// Observer once hostPool.mu is released (observeModel).
+type modelChange struct {
+	r *request
+	v followVerdict
+}
+
+// takeModelChangesLocked returns the verdict changes not yet reported.
+// p.mu is held.
+func (p *hostPool) takeModelChangesLocked() []modelChange {
+	ch := p.modelChanged
+	p.modelChanged = nil
+	return ch
+}
+
+// observeModel reports verdict changes to the Observer.
+func (p *hostPool) observeModel(ch []modelChange) {
+	if len(ch) == 0 {
+		return
+	}
+	if o := p.t.opts.Observer; o != nil && o.RouteLearned != nil {
+		now := time.Now()
+		for _, m := range ch {
+			o.RouteLearned(RouteEvent{Time: now, Host: p.name, Request: m.r.req, Verdict: m.v.String()})
+		}
+	}
+}
+
 func (p *hostPool) observeIdle(c *pconn, went bool) {
 	if !went {
 		return

@@ -84,6 +84,36 @@ type Observer struct {
 	// its pool for good: Reason says why, Active whether requests were in
 	// flight on it, Err the error for CloseError.
 	ConnClosed func(ConnEvent)
+
+	// RouteLearned is called when an answer changed what a host's model
+	// holds about the answers to a route class (docs/model.md): whether
+	// requests may be written behind its requests, and, if not, why. It
+	// is not called under TransportOptions.FixedPolicy.
+	RouteLearned func(RouteEvent)
+}
+
+// RouteEvent reports a change in what a host's model holds about one
+// route class: the requests of the same method, target host, path shape,
+// query parameter names and Accept field.
+type RouteEvent struct {
+	// Time is when the answer that changed it was read.
+	Time time.Time
+
+	// Host names the pool as [Transport.Stats] keys it.
+	Host string
+
+	// Request is the request whose answer changed the verdict: an example
+	// of its class. It must not be modified.
+	Request *http.Request
+
+	// Verdict is the class's verdict now: "bounded" (its last answer was
+	// read whole, its head in time: requests may be written behind its
+	// requests), "stream" (its last answer was a stream: server-sent
+	// events, a watch, a download too large to read ahead) or "late" (its
+	// last answer held its connection's head late, as a long poll does).
+	// A request of a "stream" or "late" class takes a connection of its
+	// own, as with net/http, and is never copied.
+	Verdict string
 }
 
 // RequestEvent describes one step of one attempt of a request. An attempt is

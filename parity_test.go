@@ -892,7 +892,7 @@ func TestClone(t *testing.T) {
 // on the same connection: Reused, not WasIdle.
 func TestGotConnPipelined(t *testing.T) {
 	u, release := parHoldServer(t)
-	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 2})
+	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 2, FixedPolicy: true})
 	infos := make(chan httptrace.GotConnInfo, 2)
 	var wg sync.WaitGroup
 	for i := range 2 {

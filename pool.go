@@ -2,7 +2,6 @@ package pipelined
 
 import (
 	"context"
-	"net/http"
 	"net/http/httptrace"
 	"slices"
 	"sync"
@@ -72,21 +71,13 @@ type hostPool struct {
 	// last proven or fell back (holprotect.go, lateHead): one per such
 	// time, whatever came of it.
 	probeCopied bool
-	// chunkBounded counts the host's chunked answers in a row, up to
-	// chunkTrust, that ended without becoming streams (hostPool.tentative).
-	chunkBounded int
-	// streamPaths are the paths, at most maxStreamPaths, the latest
-	// last, whose answers were streams of events: server-sent events, or
-	// chunked bodies of which nothing came for a while (attempt.events).
-	// A request to one is written alone and its answer is a stream from
-	// its head (place, attempt.toStream): nothing waits behind the
-	// watch it starts again, and its host's other chunked answers keep
-	// their trust.
-	streamPaths []streamPath
-	// lastStreamed: the last answer read in full was a stream
-	// (attempt.streamed): nothing is pipelined until the next one
-	// (stackOnLocked).
-	lastStreamed bool
+	// model is what the host's answers taught: per route class, whether
+	// requests may be written behind one (model.go), and how long answers
+	// hold their connections' heads.
+	model hostModel
+	// modelChanged are the model's verdict changes not yet reported to
+	// the Observer (observeModel, after mu is released).
+	modelChanged []modelChange
 	// serial is a moving score (0 to 1) of how often pipelined answers
 	// came one service time after the answer ahead of them, as from a
 	// server that runs pipelined requests one at a time; serialUntil is
@@ -106,9 +97,6 @@ type hostPool struct {
 	bodyAvg     float64
 	hedgeBudget float64 // early re-sends allowed (holprotect.go, holAfterLocked)
 	copyBudget  float64 // copies of late heads allowed (holprotect.go, lateHead)
-	// heads: how long the host's answers keep their connections' heads
-	// (holprotect.go, headWaits), for gainsLocked.
-	heads headWaits
 	// kaRetired counts the connections retired before the end their
 	// server announced in Keep-Alive (keepalive.go), for Stats.
 	kaRetired int
@@ -231,7 +219,11 @@ func (h *firstHop) pending(now monoTime) time.Duration {
 }
 
 func newHostPool(t *Transport, key poolKey) *hostPool {
-	return &hostPool{t: t, key: key, name: key.String()}
+	p := &hostPool{t: t, key: key, name: key.String()}
+	if t != nil {
+		p.model = newHostModel(t.opts.FixedPolicy)
+	}
+	return p
 }
 
 // retireLocked makes c take no new request, for the given reason (the
@@ -350,7 +342,7 @@ func (p *hostPool) assignLocked(c *pconn, a *attempt) httptrace.GotConnInfo {
 		p.tick++
 		s.headTick = p.tick
 		s.reserved = false
-		if p.answered && !p.burst && !p.t.noBurstWait && p.quietLocked(c) {
+		if p.answered && !p.burst && !p.model.fixed && p.quietLocked(c) {
 			p.burst, p.burstTimed, p.burstStart = true, false, monoNow()
 		}
 	}
@@ -364,7 +356,9 @@ func (p *hostPool) assignLocked(c *pconn, a *attempt) httptrace.GotConnInfo {
 	if s.kaLimit > 0 && s.assigned >= s.kaLimit {
 		p.retireLocked(c, CloseKeepAliveEnd) // the server accepts no more on it (Keep-Alive max)
 	}
-	if !a.r.pipelineable || a.alone {
+	if !a.r.pipelineable || a.alone || !a.follow.ok() {
+		// Nothing is written behind it until its head says what its
+		// answer is (gotHeadersLocked).
 		s.exclusive = true
 	}
 	if a.r.closeAfter || a.r.upgrade {
@@ -374,7 +368,7 @@ func (p *hostPool) assignLocked(c *pconn, a *attempt) httptrace.GotConnInfo {
 	a.holAfter = p.holAfterLocked()
 	a.streamGap = 2 * p.dialTook
 	a.probeAfter = 0
-	if !p.pipeProven && !p.t.noProbe {
+	if !p.pipeProven && !p.model.fixed {
 		// Whether a is the probe is known when it joins the fifo
 		// (attempt.probing): requests go out in the order they take the
 		// write token, not that of their places.
@@ -476,25 +470,33 @@ func quietClosed(err error, unanswered, answered int, headIdle bool, idle time.D
 
 func (p *hostPool) gotHeaders(c *pconn, a *attempt, closing, bounded bool) {
 	p.mu.Lock()
-	// A chunked answer from a host whose chunked answers proved bounded
-	// (hostPool.tentative) counts as one at its head, as a body of known
-	// length read whole does.
-	if bounded || a.tentative && p.chunkBounded >= chunkTrust {
+	// A chunked answer of a class whose last answer was bounded and quick
+	// (model.go) counts as one at its head, as a body of known length
+	// read whole does.
+	if bounded || a.tentative && a.follow.ok() {
 		p.answerLocked()
 	} else {
 		a.answerAtEnd = true
 	}
 	p.gotHeadersLocked(c, a, closing)
-	if a.events {
-		p.noteStreamPathLocked(streamPathOf(a.r.req))
-	}
-	if a.streamAtHead {
+	switch {
+	case a.streamAtHead:
 		// Held from its head, not from its first read from the network
 		// (streaming): the waiters dispatched now must not go behind it.
 		c.s.streaming = true
+		p.noteAnswerLocked(a, answerStream)
+	case bounded:
+		p.noteAnswerLocked(a, answerBounded)
+	case a.tentative && !a.follow.ok() && !c.s.streaming:
+		// A chunked answer of a class not known to be bounded: held
+		// from its head as a stream is, until it ends (hostPool.tentative).
+		c.s.streaming = true
+		a.heldTentative = true
 	}
 	p.dispatchLocked()
+	ch := p.takeModelChangesLocked()
 	p.mu.Unlock()
+	p.observeModel(ch)
 }
 
 // answerLocked records an answer of the host: the end of the wait for its
@@ -577,14 +579,16 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers bool) err
 		p.noteOrderLocked(a.gap, a.writeGap, a.shadow)
 	}
 	if a.headWait > 0 { // pipelineable requests only (pconn.send)
-		p.heads.note(a.headWait)
+		p.model.noteHeadWait(a.headWait)
 	}
 	s := &c.s
 	s.inflight--
 	c.placed.Store(int32(s.inflight))
-	p.lastStreamed = a.streamed
+	if headers {
+		p.noteAnswerLocked(a, answerBounded) // a head without a body (HEAD, 204, 304)
+	}
 	if a.tentative && !a.streamed {
-		p.chunkBounded = min(p.chunkBounded+1, chunkTrust)
+		p.noteAnswerLocked(a, answerBounded)
 		// Read whole as one of known length is: its size counts for
 		// the host's depth as a declared one does (bytesDepth).
 		p.noteBodyLocked(a.chunkedLen)
@@ -595,8 +599,9 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers bool) err
 		s.probeDrain = false
 	}
 	if a.toStream && !a.events {
-		sp := streamPathOf(a.r.req)
-		p.streamPaths = slices.DeleteFunc(p.streamPaths, func(s streamPath) bool { return s == sp })
+		// Read in full sooner than a request behind it would have
+		// waited: its class answers bounded again.
+		p.noteAnswerLocked(a, answerBounded)
 	}
 	if a.streamed || a.heldTentative || a.streamAtHead {
 		// Only a's own stream ends here: after a direct read, the turn
@@ -632,7 +637,9 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers bool) err
 		p.kaRetired++
 	}
 	p.dispatchLocked()
+	ch := p.takeModelChangesLocked()
 	p.mu.Unlock()
+	p.observeModel(ch)
 	p.observeIdle(c, idle)
 	closeIdleVictims(victims)
 	if done {
@@ -648,52 +655,37 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers bool) err
 func (p *hostPool) streaming(c *pconn, a *attempt) {
 	p.mu.Lock()
 	if a.tentative {
-		p.chunkBounded = 0
-		if a.events { // the verdict's; the others are noted at the head
-			p.noteStreamPathLocked(streamPathOf(a.r.req))
-		}
+		p.noteAnswerLocked(a, answerStream) // the others are noted at the head
 	}
 	c.s.streaming = true
 	p.dispatchLocked() // waiters may dial now (canDialLocked)
+	ch := p.takeModelChangesLocked()
 	p.mu.Unlock()
+	p.observeModel(ch)
 }
 
-// maxStreamPaths bounds hostPool.streamPaths.
-const maxStreamPaths = 16
-
-// A streamPath is a request's target without its query: its host too,
-// since a forward proxy's pool serves every host.
-type streamPath struct{ host, path string }
-
-func streamPathOf(r *http.Request) streamPath { return streamPath{r.URL.Host, r.URL.Path} }
-
-// noteStreamPathLocked remembers path as one whose answers are streams of
-// events (hostPool.streamPaths). p.mu is held.
-func (p *hostPool) noteStreamPathLocked(path streamPath) {
-	if i := slices.Index(p.streamPaths, path); i >= 0 {
-		p.streamPaths = slices.Delete(p.streamPaths, i, i+1)
-	} else if len(p.streamPaths) == maxStreamPaths {
-		p.streamPaths = slices.Delete(p.streamPaths, 0, 1)
+// noteAnswerLocked tells the host's model what a's answer showed of its
+// route class. p.mu is held.
+func (p *hostPool) noteAnswerLocked(a *attempt, kind answerKind) {
+	if !a.r.pipelineable {
+		return // only requests that others could follow are classed
 	}
-	p.streamPaths = append(p.streamPaths, path)
+	if p.model.noteAnswer(a.r.class, monoNow(), kind, a.headWait, p.t.holTimeout()) {
+		p.modelChanged = append(p.modelChanged, modelChange{a.r, p.model.follow(a.r.class)})
+	}
 }
-
-// chunkTrust is how many chunked answers in a row must end without
-// becoming streams before requests are placed behind one still arriving.
-const chunkTrust = 8
 
 // tentative decides whether requests may be placed behind a's chunked
-// body while it is read from the network: only once the host's last
-// chunkTrust chunked answers were bounded ones. Until then, and again
-// after any of them proves a stream, it holds its connection as a stream
-// does, so that nothing waits behind a stream that is just starting: a
-// request placed behind one waits for the stream's end or
-// HeadOfLineTimeout (bodyStream.checkStream says why it is not moved
-// sooner).
+// body while it is read from the network: only if its class's last
+// answer was bounded and quick (model.go). Otherwise it holds its
+// connection as a stream does, so that nothing waits behind a stream that
+// is just starting: a request placed behind one waits for the stream's
+// end or HeadOfLineTimeout (bodyStream.checkStream says why it is not
+// moved sooner).
 func (p *hostPool) tentative(c *pconn, a *attempt) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.chunkBounded >= chunkTrust || c.s.streaming {
+	if a.follow.ok() || c.s.streaming {
 		return
 	}
 	c.s.streaming = true
@@ -1260,6 +1252,9 @@ func (p *hostPool) burstWaitingLocked() bool {
 // wait for its first answer is not over, or a burst waits for its first
 // answer: a request must not be pipelined while it could dial.
 func (p *hostPool) awaitsAnswerLocked() bool {
+	if p.model.fixed {
+		return false
+	}
 	if !p.answered {
 		return p.graceEnd.IsZero() || time.Now().Before(p.graceEnd)
 	}
@@ -1271,13 +1266,16 @@ func (p *hostPool) awaitsAnswerLocked() bool {
 // (as far as is known: a host that has not answered within its
 // first-answer wait is dialed like a serial one until it does).
 func (p *hostPool) gainsLocked() bool {
+	if p.model.fixed {
+		return true // learns nothing: the pipelining threshold holds
+	}
 	if !p.answered && !p.graceEnd.IsZero() && !time.Now().Before(p.graceEnd) {
 		return false
 	}
 	if p.burst && time.Duration(monoNow()-p.burstStart) >= p.burstWaitLocked() {
 		return false // the burst had no answer within its wait
 	}
-	if p.heads.mixed {
+	if p.model.heads.mixed {
 		return false // what waits behind a head waits out late ones (headWaits)
 	}
 	if p.serialUntil.IsZero() || p.serviceGapLocked() < serialDialGap {

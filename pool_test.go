@@ -572,7 +572,7 @@ func TestLargeAnswersOnTheWire(t *testing.T) {
 		}
 	})
 	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 10})
-	mustGet(t, tr, srv.url("/warm")) // the host's answers are large
+	mustGet(t, tr, srv.url("/99")) // the host's answers are large, and the route known
 	worst.Store(0)
 	var wg sync.WaitGroup
 	for i := range 20 {

@@ -42,7 +42,7 @@ func TestNagleServerPipelinedAnswersNotDelayed(t *testing.T) {
 			}
 		}
 	})
-	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 4})
+	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 4, FixedPolicy: true})
 	if _, err := getBody(t.Context(), tr, srv.url("/first")); err != nil {
 		t.Fatal(err)
 	}

@@ -1262,7 +1262,7 @@ func TestRealNodeHedge(t *testing.T) {
 	base := startScript(t, node, "node_server.js", "5000", "0")
 	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 3, PipelineConnsPerHost: 1, PipelineDepth: 4,
 		HeadOfLineTimeout: 100 * time.Millisecond, HedgeHeadOfLine: true})
-	tr.noBurstWait = true // requests are pipelined behind the stalled head, not dialed
+	tr.opts.FixedPolicy = true // requests are pipelined behind the stalled head, not dialed
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	// Never leave the request held, whatever happened. Sent through tr,

@@ -41,8 +41,11 @@ type request struct {
 	// others and others behind it: safe, not a Connection: close
 	// request, and a head far from servers' limits (headNearLimits).
 	pipelineable bool
-	closeAfter   bool // Connection: close is sent; the connection ends with it
-	upgrade      bool // CONNECT or Upgrade: the connection may leave the pool
+	// class is the request's route class (model.go), for a pipelineable
+	// request only.
+	class      routeClass
+	closeAfter bool // Connection: close is sent; the connection ends with it
+	upgrade    bool // CONNECT or Upgrade: the connection may leave the pool
 	// expectContinue: the body waits for a 100 (expect.go), as net/http:
 	// HTTP/1.1 request, a body, and "Expect: 100-continue".
 	expectContinue bool
@@ -172,6 +175,9 @@ func newRequest(t *Transport, req *http.Request, key poolKey) *request {
 	// by a body that does not end: nothing may wait behind it, and it
 	// waits behind nothing, as with net/http.
 	r.pipelineable = r.safe && !upgrade && !r.closeAfter && !headNearLimits(req) && !acceptsEventStream(req.Header["Accept"])
+	if r.pipelineable {
+		r.class = classOf(req, r.method)
+	}
 	r.expectContinue = expect && req.ProtoAtLeast(1, 1)
 	r.upgrade = upgrade
 	if upgrade {
@@ -238,11 +244,15 @@ type attempt struct {
 	activated        bool        // the assignment made the connection active
 
 	// alone: written alone on its connection: a retry (RFC 9112 §9.3.2),
-	// or a request to one of hostPool.streamPaths (then toStream too: a
-	// chunked answer is a stream from its head). Set before it is placed.
+	// or a request whose class streams or is late (then toStream too for
+	// a stream: a chunked answer is a stream from its head). Set before
+	// it is placed.
 	alone, toStream bool
-	askedConn       bool // GetConn fired (once per attempt, whatever the pool)
-	hedged          bool // a copy of it was sent (hostPool.lateHead); under hostPool.mu
+	// follow: whether requests may be written behind it, from its class
+	// (model.go); set under hostPool.mu when it is placed.
+	follow    followVerdict
+	askedConn bool // GetConn fired (once per attempt, whatever the pool)
+	hedged    bool // a copy of it was sent (hostPool.lateHead); under hostPool.mu
 
 	queuedAt monoTime
 

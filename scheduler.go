@@ -140,11 +140,15 @@ func (p *hostPool) place(a *attempt) (*pconn, httptrace.GotConnInfo, error) {
 		p.mu.Unlock()
 		return nil, httptrace.GotConnInfo{}, &useH2{h}
 	}
-	if len(p.streamPaths) > 0 && a.r.pipelineable && slices.Contains(p.streamPaths, streamPathOf(a.r.req)) {
-		// The path's answers were streams of events: as for a request
-		// that accepts text/event-stream, nothing is written behind it
-		// and it is written behind nothing.
-		a.alone, a.toStream = true, true
+	if a.r.pipelineable {
+		// What its class's last answer showed (model.go): whether
+		// requests may be written behind it, and whether it is written
+		// behind nothing, with its answer a stream from its head.
+		a.follow = p.model.follow(a.r.class)
+		if a.follow.alone() {
+			a.alone = true
+			a.toStream = a.follow == followStreams
+		}
 	}
 	if p.waiters.len() == 0 {
 		c := p.policy.idle(p.conns, !a.r.replayable)
@@ -251,14 +255,6 @@ func (p *hostPool) mayStackLocked(held bool) bool {
 // stacked 4 deep on the first one up (the last first chunk after three
 // streams' time, against net/http's one).
 func (p *hostPool) stackOnLocked(depth int) *pconn {
-	if p.lastStreamed {
-		// The host's last answer was a stream: the next may be one too,
-		// and what waits behind it waits for the whole stream, where a
-		// stream that ends elsewhere soon frees its connection (12
-		// streams on 4 connections: a third request behind the first
-		// connection to free, 4 waves against net/http's 3).
-		return nil
-	}
 	if !p.pipeProven {
 		return p.probeLocked(depth)
 	}
@@ -285,7 +281,9 @@ func (p *hostPool) stackOnLocked(depth int) *pconn {
 // probe's close is a failure before proof, which sets off the depth
 // fallback (notePipelineFailure); the host is probed again after it.
 func (p *hostPool) probeLocked(depth int) *pconn {
-	if p.t.noProbe {
+	if p.model.fixed {
+		// Learns nothing (TransportOptions.FixedPolicy): pipelined at
+		// its full depth from the start, as if proven.
 		return p.policy.pipeline(p.conns, depth)
 	}
 	for _, c := range p.conns {

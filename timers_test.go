@@ -45,7 +45,7 @@ func TestTimerHeadOfLine(t *testing.T) {
 			}
 		}}
 		tr := NewTransport(TransportOptions{DialContext: srv.dial, MaxConnsPerHost: 2, PipelineConnsPerHost: 1, PipelineDepth: 4, HeadOfLineTimeout: time.Second})
-		tr.noBurstWait = true // /behind is pipelined behind /slow, not dialed
+		tr.opts.FixedPolicy = true // /behind is pipelined behind /slow, not dialed
 		defer tr.Close()
 		if got := <-memGet(tr, "/first"); got != "/first" { // the host has answered: requests may be pipelined
 			t.Fatalf("/first = %q", got)
@@ -79,16 +79,15 @@ func TestTimerHeadOfLine(t *testing.T) {
 	})
 }
 
-// TestTimerFirstAnswer: a burst to a host that has not answered yet is
-// not pipelined while it could dial. A server that answers at once gets
-// it pipelined over PipelineConnsPerHost connections after its first
-// answer; one whose answers take long gets a connection per request once
-// firstAnswerWait has passed, and answers the burst in one service time
-// (plus that wait), as net/http would, not in three. So does a burst to a
-// host that answered a quick request before, once nothing is in flight
-// (warm; burstWaitLocked): a host answered quickly may be slow for this
-// burst, and a serial one (Tomcat, Jetty) would run it pipelined at once
-// several deep (900 ms on 2 connections for the 300 ms row).
+// TestTimerFirstAnswer: a burst of requests whose route class the host has
+// not answered yet is not pipelined (model.go): each request dials, as
+// with net/http, and the burst is answered in one service time, not in
+// three. A burst of a class answered quickly before (warm), once nothing
+// is in flight, waits for its own first answer while it could dial
+// (burstWaitLocked): a host answered quickly may be slow for this burst,
+// and a serial one (Tomcat, Jetty) would run it pipelined at once several
+// deep (900 ms on 2 connections for the 300 ms row); a server that answers
+// at once gets it pipelined over PipelineConnsPerHost connections.
 func TestTimerFirstAnswer(t *testing.T) {
 	tests := []struct {
 		warm     bool          // a quick request answered before the burst
@@ -100,9 +99,9 @@ func TestTimerFirstAnswer(t *testing.T) {
 		// Answers at once: the burst's callers may start one after another
 		// answer (seen with -cpu 4 under -race), each finding the first
 		// connection idle, and then one dial is right too.
-		{false, 0, 1, 2, firstAnswerWait},
-		{false, time.Millisecond, 2, 2, 4 * time.Millisecond}, // 3 per connection, give or take one
-		{false, 300 * time.Millisecond, 6, 6, 300*time.Millisecond + firstAnswerWait},
+		{false, 0, 1, 6, firstAnswerWait},
+		{false, time.Millisecond, 2, 6, 2 * time.Millisecond},
+		{false, 300 * time.Millisecond, 6, 6, 300 * time.Millisecond},
 		{true, 0, 1, 2, firstAnswerWait},
 		{true, 300 * time.Millisecond, 6, 6, 300*time.Millisecond + firstAnswerWait},
 	}
@@ -110,7 +109,7 @@ func TestTimerFirstAnswer(t *testing.T) {
 		t.Run(fmt.Sprintf("%v warm %v", tt.service, tt.warm), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				srv := &memServer{handle: memServeSerial(func(path string) time.Duration {
-					if path == "/warm" {
+					if path == "/99" { // the burst's route class
 						return 0
 					}
 					return tt.service
@@ -118,8 +117,8 @@ func TestTimerFirstAnswer(t *testing.T) {
 				tr := NewTransport(TransportOptions{DialContext: srv.dial, PipelineConnsPerHost: 2, PipelineDepth: 4})
 				defer tr.Close()
 				if tt.warm {
-					if got := <-memGet(tr, "/warm"); got != "/warm" {
-						t.Fatalf("/warm = %q", got)
+					if got := <-memGet(tr, "/99"); got != "/99" {
+						t.Fatalf("/99 = %q", got)
 					}
 					synctest.Wait() // the connection is idle again
 				}
@@ -617,6 +616,7 @@ func fallbackHost(pipelined func(c net.Conn, req *http.Request) bool) (depth fun
 	}}
 	tr := NewTransport(TransportOptions{DialContext: srv.dial, MaxConnsPerHost: 1, PipelineDepth: 4})
 	depth = func() int { return tr.Stats()["http://mem.test:80"].PipelineDepth }
+	<-memGet(tr, "/9") // the route's answers are known: the bursts are pipelined
 	burst = func() {
 		var chs []<-chan string
 		for i := range 4 {
@@ -941,7 +941,6 @@ func TestTimerChunkedReadAhead(t *testing.T) {
 					}
 				}}
 				tr := NewTransport(TransportOptions{DialContext: srv.dial, MaxConnsPerHost: 1, PipelineDepth: 4})
-				tr.noProbe = true // the probe is another matter (TestTimerPipeliningProbe)
 				defer tr.Close()
 				for i := range tt.rounds {
 					first := "/first"
@@ -1040,9 +1039,8 @@ func TestTimerEventStreamBeside(t *testing.T) {
 					io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nbulk\r\n0\r\n\r\n")
 				})}
 				tr := NewTransport(TransportOptions{DialContext: srv.dial, MaxConnsPerHost: 2, PipelineDepth: 4})
-				tr.noProbe = true // the probe is another matter (TestTimerPipeliningProbe)
 				defer tr.Close()
-				for range chunkTrust + 2 {
+				for range 2 {
 					if got := <-memGet(tr, "/bulk"); got != "bulk" {
 						t.Fatalf("/bulk = %q", got)
 					}
@@ -1070,7 +1068,7 @@ func TestTimerEventStreamBeside(t *testing.T) {
 					if got := <-slow; got != "bulk" {
 						t.Fatalf("/slow = %q", got)
 					}
-					for range chunkTrust {
+					for range 1 {
 						if got := <-memGet(tr, "/bulk"); got != "bulk" {
 							t.Fatalf("/bulk = %q", got)
 						}
@@ -1140,12 +1138,8 @@ func TestTimerEventStreamBeside(t *testing.T) {
 				if err := <-slow; err != nil {
 					t.Errorf("/slow: %v", err)
 				}
-				p := tr.pools[poolKey{scheme: "http", addr: "mem.test:80"}]
-				p.mu.Lock()
-				trusted := p.chunkBounded >= chunkTrust
-				p.mu.Unlock()
-				if !trusted {
-					t.Errorf("the host's chunked answers no longer trusted after an event stream")
+				if v := routeVerdict(tr, http.MethodGet, "http://mem.test/bulk"); v != followKnown {
+					t.Errorf("/bulk's class is %v after an event stream, want %v", v, followKnown)
 				}
 			})
 		})
@@ -1264,20 +1258,23 @@ func TestTimerChunkedEarlyClose(t *testing.T) {
 	}
 }
 
-// TestTimerStreamPaths: a host remembers the paths whose chunked answers
-// were streams of events (nothing of them came for a while), and forgets
-// one when an answer on it ends sooner than a request behind it would
-// have waited. A chunked body that only grew too long to be read whole is
-// no stream of events.
-func TestTimerStreamPaths(t *testing.T) {
+// TestTimerRouteClasses: a host's model learns, per route class, whether
+// its last answer was a stream: a chunked answer of which nothing came for
+// a while, or one too long to be read whole; and forgets it when an answer
+// of the class ends sooner than a request behind it would have waited.
+func TestTimerRouteClasses(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const big = maxBufferedBody + 64<<10
 		release := make(chan struct{})
+		var bulkWatch atomic.Bool
 		srv := &memServer{handle: memEach(func(c net.Conn, req *http.Request) {
 			switch req.URL.Path + "?" + req.URL.RawQuery {
 			case "/hold?":
 				<-release
-			case "/watch?stream":
+			case "/watch?stream=1":
+				if bulkWatch.Load() {
+					break
+				}
 				// An event, then nothing until the client closes.
 				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{}\n\r\n")
 				return
@@ -1292,26 +1289,15 @@ func TestTimerStreamPaths(t *testing.T) {
 			io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nbulk\r\n0\r\n\r\n")
 		})}
 		tr := NewTransport(TransportOptions{DialContext: srv.dial, MaxConnsPerHost: 3, PipelineDepth: 4})
-		tr.noProbe = true
 		defer tr.Close()
 		// A request held open keeps a connection, and so the pool and
 		// what it learned, while the others' connections close.
 		hold := memGet(tr, "/hold")
 		defer func() { close(release); <-hold }()
 		synctest.Wait()
-		paths := func() []string {
-			p := tr.pools[poolKey{scheme: "http", addr: "mem.test:80"}]
-			p.mu.Lock()
-			defer p.mu.Unlock()
-			var paths []string
-			for _, sp := range p.streamPaths {
-				paths = append(paths, sp.host+sp.path)
-			}
-			return paths
-		}
 		watch := func(d time.Duration) {
 			t.Helper()
-			req, _ := http.NewRequest(http.MethodGet, "http://mem.test/watch?stream", nil)
+			req, _ := http.NewRequest(http.MethodGet, "http://mem.test/watch?stream=1", nil)
 			resp, err := tr.RoundTrip(req)
 			if err != nil {
 				t.Fatal(err)
@@ -1324,53 +1310,41 @@ func TestTimerStreamPaths(t *testing.T) {
 			resp.Body.Close()
 			synctest.Wait()
 		}
+		const (
+			watchURL = "http://mem.test/watch?stream=2" // the same class: another value
+			bigURL   = "http://mem.test/big"
+			plainURL = "http://mem.test/watch" // another class: no query
+		)
 		for _, step := range []struct {
-			name string
-			do   func()
-			want []string
+			name                 string
+			do                   func()
+			watch, big, plainGet followVerdict
 		}{
-			{"a bulk chunked answer", func() { <-memGet(tr, "/watch") }, nil},
+			{"nothing yet", func() {}, followUnseen, followUnseen, followUnseen},
+			{"a bulk chunked answer", func() { <-memGet(tr, "/watch") }, followUnseen, followUnseen, followKnown},
 			{"a chunked body too long to be read whole", func() {
 				if got := <-memGet(tr, "/big"); len(got) != big {
 					t.Fatalf("/big: %d bytes, want %d", len(got), big)
 				}
-			}, nil},
-			{"a stream of events", func() { watch(2 * time.Second) }, []string{"mem.test/watch"}},
-			{"the path's stream again", func() { watch(2 * time.Second) }, []string{"mem.test/watch"}},
-			{"a bulk answer on the path", func() { <-memGet(tr, "/watch") }, nil},
+			}, followUnseen, followStreams, followKnown},
+			{"a stream of events", func() { watch(2 * time.Second) }, followStreams, followStreams, followKnown},
+			{"the class's stream again", func() { watch(2 * time.Second) }, followStreams, followStreams, followKnown},
+			{"a bulk answer of the class", func() {
+				bulkWatch.Store(true)
+				<-memGet(tr, "/watch?stream=3")
+			}, followKnown, followStreams, followKnown},
 		} {
 			step.do()
-			if got := paths(); !slices.Equal(got, step.want) {
-				t.Errorf("after %s: stream paths %q, want %q", step.name, got, step.want)
+			for _, c := range []struct {
+				url  string
+				want followVerdict
+			}{{watchURL, step.watch}, {bigURL, step.big}, {plainURL, step.plainGet}} {
+				if got := routeVerdict(tr, http.MethodGet, c.url); got != c.want {
+					t.Errorf("after %s: %s's class is %v, want %v", step.name, c.url, got, c.want)
+				}
 			}
 		}
 	})
-}
-
-func TestNoteStreamPath(t *testing.T) {
-	a, b, c := streamPath{"h", "/a"}, streamPath{"h", "/b"}, streamPath{"h", "/c"}
-	many := make([]streamPath, maxStreamPaths)
-	for i := range many {
-		many[i] = streamPath{"h", fmt.Sprint("/", i)}
-	}
-	for _, tt := range []struct {
-		have []streamPath
-		note streamPath
-		want []streamPath
-	}{
-		{nil, a, []streamPath{a}},
-		{[]streamPath{a, b}, c, []streamPath{a, b, c}},
-		{[]streamPath{a, b, c}, a, []streamPath{b, c, a}},
-		{[]streamPath{a}, streamPath{"other", "/a"}, []streamPath{a, {"other", "/a"}}},
-		{many, a, append(slices.Clone(many[1:]), a)},
-		{many, many[0], append(slices.Clone(many[1:]), many[0])},
-	} {
-		p := &hostPool{streamPaths: slices.Clone(tt.have)}
-		p.noteStreamPathLocked(tt.note)
-		if !slices.Equal(p.streamPaths, tt.want) {
-			t.Errorf("noteStreamPath(%q, %q) = %q, want %q", tt.have, tt.note, p.streamPaths, tt.want)
-		}
-	}
 }
 
 // TestTimerLateHeadsDial: once a host's answers hold their connections'
@@ -1401,7 +1375,6 @@ func TestTimerLateHeadsDial(t *testing.T) {
 					answer(c, req)
 				})}
 				tr := NewTransport(TransportOptions{DialContext: srv.dial, PipelineConnsPerHost: 1, PipelineDepth: 4, HeadOfLineTimeout: time.Hour})
-				tr.noProbe = true // the probe is another matter (TestTimerPipeliningProbe)
 				defer tr.Close()
 				for range 20 {
 					if got := <-memGet(tr, "/q"); got != "/q" {

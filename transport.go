@@ -139,6 +139,26 @@ type TransportOptions struct {
 	// docs/reliability.md.
 	HedgeHeadOfLine bool
 
+	// FixedPolicy turns the host model off (docs/model.md): the transport
+	// learns nothing from a host's answers, and the same sequence of
+	// requests gets the same placement whatever the host's history, as
+	// with fasthttp's PipelineClient. Pipelineable requests take idle
+	// connections, then new ones up to PipelineConnsPerHost, then are
+	// pipelined up to PipelineDepth behind any request that allows it
+	// (a safe one whose answer has not shown itself a stream). What a
+	// connection shows of itself still counts: a stream or a late head
+	// takes nothing new behind it, a Connection: close or a Keep-Alive
+	// hint retires it, and a host whose pipelined connections keep failing
+	// falls back to depth 1 for a while (docs/reliability.md).
+	//
+	// It is off by default: by default a request is written behind
+	// another only if the other's route class (its method, path shape,
+	// query parameter names and Accept field) last answered bounded and
+	// quickly on its host, so that nothing waits behind a stream, a long
+	// poll or a download nobody foresaw. net/http's Transport has no
+	// twin: it never pipelines.
+	FixedPolicy bool
+
 	// MaxResponseHeaderBytes limits the size of a response's header block,
 	// 1xx responses included. Zero means DefaultMaxResponseHeaderBytes.
 	MaxResponseHeaderBytes int64
@@ -290,18 +310,10 @@ type Transport struct {
 	// it again (direct.go); 0: the constant restWatch. Tests lengthen it,
 	// before the first request, to hold a connection at rest.
 	restWatch time.Duration
-	// noBurstWait turns the burst's wait for its first answer off
-	// (pool.go, burstWaitLocked): tests that stack requests behind a
-	// stalled head on a host that has answered set it.
-	noBurstWait bool
 	// handOvers counts the bodies that callers reading their own answers
 	// left to the reader goroutine (direct.go, errHandOver): tests count
 	// them.
 	handOvers atomic.Int64
-	// noProbe pipelines a host at its full depth from the start, as if
-	// proven (hostPool.probeLocked): for tests that build a pipeline
-	// behind a stalled head on a new connection.
-	noProbe bool
 	// farHop is how long a host's first dial's first hop takes before the
 	// host counts as far away (pool.go, farDialLocked); 0: the constant
 	// farHop. Tests that count the dials of a burst to a host near by

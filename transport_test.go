@@ -51,7 +51,7 @@ func TestPipelinesOnOneConnection(t *testing.T) {
 	// pipelining client gets answers.
 	srv := newRawServer(t, serveAfterN(depth))
 	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: depth, HeadOfLineTimeout: -1})
-	tr.noProbe = true // the server answers nothing before it has depth requests
+	tr.opts.FixedPolicy = true // the server answers nothing before it has depth requests
 	getEchoes(t, tr, srv, depth)
 	if n := srv.conns.Load(); n != 1 {
 		t.Errorf("connections = %d, want 1", n)
@@ -171,7 +171,7 @@ func TestPoisonedResponses(t *testing.T) {
 				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
 				serveEcho(c, br)
 			})
-			tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 4})
+			tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 4, FixedPolicy: true})
 			resp, err := get(t, tr, srv.url("/bad"))
 			if err == nil {
 				// Headers come first: a bad body fails its reads.
@@ -482,7 +482,7 @@ func TestCancelWrittenRequest(t *testing.T) {
 	release := make(chan struct{})
 	var held atomic.Int32
 	srv := holdServerCounting(t, release, &held)
-	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 4})
+	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 4, FixedPolicy: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "GET", srv.url("/hold"), nil)
 	errc := make(chan error, 1)
@@ -950,7 +950,7 @@ func TestCancelledHeadDrainedForRequestsBehind(t *testing.T) {
 			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
 		}
 	})
-	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 4, HeadOfLineTimeout: time.Hour})
+	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 4, HeadOfLineTimeout: time.Hour, FixedPolicy: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.url("/head"), nil)
@@ -1076,7 +1076,7 @@ func TestCloseFailsInFlightAndLaterRequests(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	srv := holdServer(t, release)
-	tr := NewTransport(TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 2})
+	tr := NewTransport(TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 2, FixedPolicy: true})
 	key := "http://" + srv.addr
 	errs := make(chan error, 3)
 	for range 3 {
@@ -1140,7 +1140,7 @@ func TestWritesCoalesce(t *testing.T) {
 			return w, nil
 		},
 	})
-	tr.noProbe = true // the server answers nothing before it has 8 requests
+	tr.opts.FixedPolicy = true // the server answers nothing before it has 8 requests
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Add(1)
