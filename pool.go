@@ -889,6 +889,7 @@ func (p *hostPool) stats() HostStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := HostStats{Open: len(p.conns), Dialing: p.dialing, Queued: p.waiters.len(), PipelineDepth: p.depthLocked(), KeepAliveRetired: p.kaRetired}
+	s.Model = p.modelStatsLocked(s.PipelineDepth)
 	for _, c := range p.conns {
 		s.InFlight += c.s.inflight
 		if c.s.idle() {
@@ -1301,4 +1302,44 @@ func (p *hostPool) learnedLocked() bool {
 	}
 	now := time.Now()
 	return now.Before(p.fallbackUntil) || now.Before(p.serialUntil)
+}
+
+// modelStatsLocked returns what Stats shows of the host's model, at the
+// host's current depth. p.mu is held.
+func (p *hostPool) modelStatsLocked(depth int) HostModel {
+	m := &p.model
+	now := time.Now()
+	s := HostModel{
+		Learning:      !m.fixed,
+		Routes:        len(m.classes),
+		StreamRoutes:  m.streams,
+		LateRoutes:    m.lates,
+		UsualHeadWait: m.heads.usual,
+		LateAfter:     m.lateAfter(p.t.holTimeout()),
+		Serial:        !m.fixed && p.serialLocked(),
+		Proven:        m.fixed || p.pipeProven,
+		Pipelining:    true,
+	}
+	if now.Before(p.fallbackUntil) {
+		s.FallbackUntil = p.fallbackUntil
+	}
+	if !m.fixed {
+		s.DuplicateBudget = p.hedgeBudget
+	}
+	switch {
+	case p.key.forwardProxy():
+		s.Pipelining, s.Reason = false, "forward proxy"
+	case depth <= 1 && p.t.depth > 1 && !s.FallbackUntil.IsZero():
+		s.Pipelining, s.Reason = false, "fallback"
+	case depth <= 1:
+		s.Pipelining = false // PipelineDepth 1, or DisableKeepAlives
+	case m.fixed:
+	case m.heads.mixed:
+		s.Pipelining, s.Reason = false, "late heads"
+	case s.Serial && p.serviceGapLocked() >= serialDialGap:
+		s.Pipelining, s.Reason = false, "serial"
+	case p.awaitsAnswerLocked() && !p.gainsLocked():
+		s.Pipelining, s.Reason = false, "awaiting answer"
+	}
+	return s
 }

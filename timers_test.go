@@ -893,10 +893,9 @@ func testHedgeBudget(t *testing.T, hedge bool) {
 
 // TestTimerChunkedReadAhead: a chunked answer whose rest is still coming
 // (a bounded one its server did not measure, as net/http's server sends
-// any body over 2 KiB) has a request placed behind it once the host's
-// chunked answers have proven bounded (chunkTrust in a row), and not
-// before; one that pauses for longer than its gap is a stream, and the
-// host's trust starts again. One connection, depth 4: each round sends a
+// any body over 2 KiB) has a request placed behind it once its route's
+// last answer was bounded (model.go), and not before; one of a route never
+// seen has nothing behind it. One connection, depth 4: each round sends a
 // request, and a second one while the first's answer is half written.
 // The second's GotConn says whether it was written behind the first
 // answer (a connection not idle) or held until that answer ended.
@@ -908,14 +907,15 @@ func TestTimerChunkedReadAhead(t *testing.T) {
 		size       int // the first answer's body: 4 KiB, a pause, the rest
 		wantBehind []bool
 	}{
-		// 2 chunked answers a round: trusted after 4 rounds.
-		{6, -1, 8 << 10, []bool{false, false, false, false, true, true}},
-		// A stream in round 4 (trusted by then: the request comes in
-		// behind it before it pauses), trust starts again.
-		{8, 4, 8 << 10, []bool{false, false, false, false, true, false, false, false}},
+		// The route's first answer is not followed (its class is not
+		// known yet); later ones are, while they arrive.
+		{6, -1, 8 << 10, []bool{false, true, true, true, true, true}},
+		// A stream in round 4, of a route never seen: nothing goes
+		// behind it; the other route's answers are followed as before.
+		{8, 4, 8 << 10, []bool{false, true, true, true, false, true, true, true}},
 		// As large as a body read whole may be: bounded, as one of
 		// that Content-Length is.
-		{6, -1, maxBufferedBody, []bool{false, false, false, false, true, true}},
+		{6, -1, maxBufferedBody, []bool{false, true, true, true, true, true}},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("stream at %d size %d", tt.streamAt, tt.size), func(t *testing.T) {
@@ -1367,9 +1367,9 @@ func TestTimerLateHeadsDial(t *testing.T) {
 				release := make(chan struct{})
 				srv := &memServer{handle: memEach(func(c net.Conn, req *http.Request) {
 					switch req.URL.Path {
-					case "/slow":
+					case "/s/1": // a route of its own, slow: the host's answers are late now and then
 						time.Sleep(200 * time.Millisecond)
-					case "/block":
+					case "/x/9": // the head, of the quick answers' route
 						<-release
 					}
 					answer(c, req)
@@ -1377,32 +1377,32 @@ func TestTimerLateHeadsDial(t *testing.T) {
 				tr := NewTransport(TransportOptions{DialContext: srv.dial, PipelineConnsPerHost: 1, PipelineDepth: 4, HeadOfLineTimeout: time.Hour})
 				defer tr.Close()
 				for range 20 {
-					if got := <-memGet(tr, "/q"); got != "/q" {
-						t.Fatalf("/q = %q", got)
+					if got := <-memGet(tr, "/x/1"); got != "/x/1" {
+						t.Fatalf("/x/1 = %q", got)
 					}
 				}
 				if tt.late {
-					if got := <-memGet(tr, "/slow"); got != "/slow" {
-						t.Fatalf("/slow = %q", got)
+					if got := <-memGet(tr, "/s/1"); got != "/s/1" {
+						t.Fatalf("/s/1 = %q", got)
 					}
 				}
-				block := memGet(tr, "/block")
+				block := memGet(tr, "/x/9")
 				synctest.Wait()
-				quick := memGet(tr, "/quick")
+				quick := memGet(tr, "/x/8")
 				synctest.Wait()
 				ahead := false
 				select {
 				case got := <-quick:
-					ahead = got == "/quick"
+					ahead = got == "/x/8"
 				default:
 				}
 				close(release)
-				if got := <-block; got != "/block" {
-					t.Fatalf("/block = %q", got)
+				if got := <-block; got != "/x/9" {
+					t.Fatalf("/x/9 = %q", got)
 				}
 				if !ahead {
-					if got := <-quick; got != "/quick" {
-						t.Fatalf("/quick = %q", got)
+					if got := <-quick; got != "/x/8" {
+						t.Fatalf("/x/8 = %q", got)
 					}
 				}
 				if ahead != tt.wantAhead || srv.dials.Load() != tt.wantDials {

@@ -509,6 +509,68 @@ type HostStats struct {
 	// or about to be sent on the host's HTTP/2 connections); 0 over
 	// HTTP/1.1.
 	Streams int
+
+	// Model is what the transport has learned about the host over
+	// HTTP/1.1, and what it decides from it (docs/model.md).
+	Model HostModel
+}
+
+// HostModel is what a [Transport] has learned about one host and what it
+// decides from it: the host model (docs/model.md). Under
+// TransportOptions.FixedPolicy, Learning is false, no route is learned and
+// Pipelining is true but during a fallback.
+type HostModel struct {
+	// Learning is false under TransportOptions.FixedPolicy.
+	Learning bool
+
+	// Routes is the number of route classes the model holds (requests of
+	// the same method, host, path shape, query parameter names and Accept
+	// field; at most 64, the least recently answered forgotten first).
+	// Requests may be written behind a request of a route whose last
+	// answer was bounded and quick; StreamRoutes last answered with a
+	// stream (server-sent events, a watch, a download too large to read
+	// ahead) and LateRoutes held their connection's head late (a long
+	// poll): requests of those take a connection of their own, as with
+	// net/http, and nothing is written behind them. Nothing is written
+	// behind a request of a route not seen yet either.
+	Routes, StreamRoutes, LateRoutes int
+
+	// UsualHeadWait is a moving average of how long the host's answers
+	// hold their connection's head (late ones left out); LateAfter is how
+	// long a head may wait before it is late: 20 usual waits, at least
+	// 50 ms, at most HeadOfLineTimeout.
+	UsualHeadWait, LateAfter time.Duration
+
+	// Pipelining reports whether pipelineable requests are written behind
+	// others once PipelineConnsPerHost connections are busy. If not,
+	// Reason says why: "fallback" (the host's pipelined connections
+	// failed; until FallbackUntil), "forward proxy" (requests in absolute
+	// form are never pipelined), "late heads" (its answers are late often
+	// enough that a request gains more from a connection of its own),
+	// "serial" (it runs a connection's requests one at a time, slowly
+	// enough that connections of their own run them in parallel) or
+	// "awaiting answer" (a burst waits for its first answer while it could
+	// dial). Requests dial instead, up to MaxConnsPerHost.
+	Pipelining bool
+	Reason     string
+
+	// Serial reports whether the host is taken to run a connection's
+	// requests one at a time; its depth is then held to what it gains.
+	Serial bool
+
+	// Proven reports whether the host answered a pipelined request as only
+	// a server that handles pipelining does; until then one request at a
+	// time is pipelined (the probe, docs/reliability.md).
+	Proven bool
+
+	// FallbackUntil is when the host's depth-1 fallback ends; zero if
+	// none is in force.
+	FallbackUntil time.Time
+
+	// DuplicateBudget is how many safe requests may be sent again early
+	// from behind a late head now (docs/reliability.md); each request
+	// placed earns 2% of one, up to 10.
+	DuplicateBudget float64
 }
 
 // Stats returns a snapshot of every host's pool, keyed by

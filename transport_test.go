@@ -103,7 +103,7 @@ func TestFramingInPipeline(t *testing.T) {
 			})
 			// The server answers only once both requests are in: no
 			// head-of-line resend may take the second one away.
-			tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 2, HeadOfLineTimeout: -1})
+			tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1, PipelineDepth: 2, HeadOfLineTimeout: -1, FixedPolicy: true})
 			var wg sync.WaitGroup
 			wg.Add(1)
 			go func() {
@@ -698,7 +698,9 @@ func TestResendBehindTricklingBody(t *testing.T) {
 			close(release)
 		}
 	}()
-	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 2, PipelineDepth: 4, HeadOfLineTimeout: time.Second})
+	// FixedPolicy: requests go behind /slow, whose route the host has
+	// not answered before.
+	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 2, PipelineDepth: 4, HeadOfLineTimeout: time.Second, FixedPolicy: true})
 	r1, err := get(t, tr, srv.url("/slow"))
 	if err != nil {
 		t.Fatal(err)
