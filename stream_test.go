@@ -5,10 +5,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -276,5 +279,190 @@ func TestFullDuplexBody(t *testing.T) {
 	pw.Close()
 	if rest, _ := io.ReadAll(br); len(rest) != 0 {
 		t.Errorf("after the body ended: %q", rest)
+	}
+}
+
+// TestNothingBehindUnforeseenStreams: beside a stream nobody announced (a
+// watch, server-sent events without Accept, NDJSON, a long poll, a large
+// download), first time and started again, a burst of GETs to the same
+// host is never written on the stream's connection: its route is not
+// known to answer bounded and quickly (model.go), so nothing waits behind
+// it, and the server receives each request as often as it was sent. The routes of the
+// GETs carry ids (/items/<n>) and are known from a few answers before.
+func TestNothingBehindUnforeseenStreams(t *testing.T) {
+	for _, tt := range []struct {
+		name, path string
+		serve      func(w http.ResponseWriter, r *http.Request, stop <-chan struct{})
+	}{
+		{"sse without accept", "/events", func(w http.ResponseWriter, r *http.Request, stop <-chan struct{}) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, "data: 0\n\n")
+			http.NewResponseController(w).Flush()
+			<-stop
+		}},
+		{"ndjson watch", "/api/v1/pods?watch=1", func(w http.ResponseWriter, r *http.Request, stop <-chan struct{}) {
+			w.Header().Set("Content-Type", "application/x-ndjson")
+			io.WriteString(w, "{}\n")
+			http.NewResponseController(w).Flush()
+			<-stop
+		}},
+		{"log follow", "/api/v1/namespaces/ns/pods/web-1/log?follow=true", func(w http.ResponseWriter, r *http.Request, stop <-chan struct{}) {
+			io.WriteString(w, "line\n")
+			http.NewResponseController(w).Flush()
+			<-stop
+		}},
+		{"large download", "/file.iso", func(w http.ResponseWriter, r *http.Request, stop <-chan struct{}) {
+			w.Header().Set("Content-Length", fmt.Sprint(4<<20))
+			w.Write(make([]byte, 64<<10))
+			http.NewResponseController(w).Flush()
+			<-stop
+		}},
+		{"long poll", "/poll?since=0", func(w http.ResponseWriter, r *http.Request, stop <-chan struct{}) {
+			<-stop
+			io.WriteString(w, "{}")
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var mu sync.Mutex
+			seen := map[string]int{}
+			stop := make(chan struct{})
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				seen[r.URL.RequestURI()]++
+				mu.Unlock()
+				if strings.HasPrefix(r.URL.Path, "/items/") {
+					io.WriteString(w, r.URL.Path)
+					return
+				}
+				tt.serve(w, r, stop)
+			}))
+			defer srv.Close()
+			defer close(stop) // before srv.Close: the handlers return
+			tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 4, PipelineConnsPerHost: 2, PipelineDepth: 4})
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			defer cancel()
+			getItem := func(i int, conns chan<- net.Conn) error {
+				trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) { conns <- info.Conn }}
+				req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodGet, fmt.Sprintf("%s/items/%d", srv.URL, i), nil)
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					return err
+				}
+				defer resp.Body.Close()
+				_, err = io.Copy(io.Discard, resp.Body)
+				return err
+			}
+			sink := make(chan net.Conn, 100)
+			for i := range 3 {
+				if err := getItem(1000+i, sink); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for round := range 2 { // the stream's route unseen, then known
+				streamConn := make(chan net.Conn, 1)
+				trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) { streamConn <- info.Conn }}
+				sctx, scancel := context.WithCancel(httptrace.WithClientTrace(ctx, trace))
+				req, _ := http.NewRequestWithContext(sctx, http.MethodGet, srv.URL+tt.path, nil)
+				stream := roundTripAsync(tr, req)
+				sc := <-streamConn
+				var wg sync.WaitGroup
+				conns := make(chan net.Conn, 10)
+				errs := make(chan error, 10)
+				for i := range 10 {
+					wg.Go(func() {
+						if err := getItem(round*100+i, conns); err != nil {
+							errs <- err
+						}
+					})
+				}
+				wg.Wait()
+				close(conns)
+				close(errs)
+				for err := range errs {
+					t.Errorf("round %d: GET beside the stream: %v", round, err)
+				}
+				for c := range conns {
+					if c == sc {
+						t.Errorf("round %d: a GET was written on the stream's connection", round)
+					}
+				}
+				scancel() // the caller stops the stream
+				if r := <-stream; r.err == nil {
+					r.resp.Body.Close()
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for uri, n := range seen {
+				want := 1
+				if uri == tt.path {
+					want = 2 // once a round
+				}
+				if n != want {
+					t.Errorf("the server received %s %d times, want %d", uri, n, want)
+				}
+			}
+		})
+	}
+}
+
+// TestFixedPolicyPlacement: under FixedPolicy the same sequence of
+// requests gets the same placement (the number of requests in flight on
+// its connection when it was assigned) whatever the host answered before:
+// streams, long polls and quick answers alike teach nothing.
+func TestFixedPolicyPlacement(t *testing.T) {
+	placements := func(history string) []int {
+		release := make(chan struct{})
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/hold/1" {
+				<-release
+			}
+			io.WriteString(w, r.URL.Path)
+		}))
+		defer srv.Close()
+		var mu sync.Mutex
+		var got []int
+		obs := &Observer{RequestAssigned: func(e RequestEvent) {
+			if e.Request.URL.Path == "/hold/1" {
+				mu.Lock()
+				got = append(got, e.InFlight)
+				mu.Unlock()
+			}
+		}}
+		tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 2, PipelineDepth: 4, FixedPolicy: true, Observer: obs})
+		for _, path := range strings.Fields(history) {
+			if _, err := getBody(context.Background(), tr, srv.URL+path); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Two connections busy with held heads, then six more requests,
+		// one at a time, each assigned before the next is sent.
+		var wg sync.WaitGroup
+		defer func() { close(release); wg.Wait() }()
+		for i := range 8 {
+			n := len(got)
+			wg.Go(func() {
+				if _, err := getBody(context.Background(), tr, srv.URL+"/hold/1"); err != nil {
+					t.Error(err)
+				}
+			})
+			waitFor(t, fmt.Sprintf("request %d assigned", i), func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(got) > n
+			})
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
+	}
+	want := placements("")
+	for _, history := range []string{"/a /b /c", "/hold/2 /x?watch=1 /y"} {
+		if got := placements(history); !slices.Equal(got, want) {
+			t.Errorf("after %q: placements %v, want %v (as on a fresh host)", history, got, want)
+		}
+	}
+	if !slices.Equal(want, []int{1, 1, 2, 2, 3, 3, 4, 4}) {
+		t.Errorf("placements %v, want two connections filled to depth 4 in turn", want)
 	}
 }
