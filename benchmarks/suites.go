@@ -62,7 +62,7 @@ func suiteScenarios(name string, o *options) []scenario {
 		}
 		out = append(out, both(scenario{C: 5, K: 10, P: 50, Body: o.body})...)
 	case "concurrency":
-		// Issue 12: a service migrated with OptionsFrom(http.DefaultTransport)
+		// A service migrated with OptionsFrom(http.DefaultTransport)
 		// must not be slower than with net/http when requests cannot be
 		// pipelined (POST) or the server answers one at a time (serial).
 		for _, m := range []string{http.MethodGet, http.MethodPost} {
