@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -138,12 +139,17 @@ func (r ratio) isPeer() bool {
 	return false
 }
 
-// behind reports whether a ratio is on the wrong side of 1 in any figure:
-// fewer requests per second, more CPU per request, a longer p99 (or
-// p99.9, where measured).
+// behind reports whether a ratio is on the wrong side of 1 in any figure,
+// as printed: fewer requests per second, more CPU per request, a longer
+// p99 (or p99.9, where measured).
 func (r ratio) behind() bool {
-	return r.ReqPerSec < 1 || r.CPUPerReq > 1 || r.P99 > 1 || r.P999 > 1
+	return lower(r.ReqPerSec) || higher(r.CPUPerReq) || higher(r.P99) || higher(r.P999)
 }
+
+// lower and higher compare a ratio with 1 as the page prints it, to two
+// decimals: 0.998 prints 1.00 and is level.
+func lower(v float64) bool  { return math.Round(v*100) < 100 }
+func higher(v float64) bool { return math.Round(v*100) > 100 }
 
 // scenarioRows are the rows of one table, in the order the run made them.
 type scenarioRows struct {
@@ -167,7 +173,7 @@ func byScenario(rs []result) []scenarioRows {
 // tail reports whether the scenario's tables show p99.9.
 func (s scenarioRows) tail() bool { return s.sc.SlowFrac > 0 || s.sc.Track }
 
-// fmtRatio prints a ratio, in bold when it is on the wrong side of 1.
+// fmtRatio prints a ratio to two decimals, in bold when worse.
 func fmtRatio(v float64, worse bool) string {
 	if worse {
 		return fmt.Sprintf("**%.2f**", v)
@@ -175,13 +181,22 @@ func fmtRatio(v float64, worse bool) string {
 	return fmt.Sprintf("%.2f", v)
 }
 
+// compactName shortens a scenario's name for the README's table.
+var compactName = strings.NewReplacer(" server,", ",", " body=128B", "", "clients' defaults", "defaults", "delay=0s", "no delay", "delay=", "")
+
 // summaryRows writes, for every table of the named suites (all suites if
 // none), each pipelined row's ratios to its net/http twin and to the
-// fastest fasthttp client of the table. first keeps one pipelined row per
-// table (its first).
-func summaryRows(w io.Writer, tables []scenarioRows, suites []string, first bool) {
-	fmt.Fprintln(w, "| suite | scenario | row | ÷ net/http twin: req/s, CPU/req, p99 | ÷ fastest fasthttp client: req/s, CPU/req |")
-	fmt.Fprintln(w, "|---|---|---|---|---|")
+// fastest fasthttp client of the table. compact (the README) keeps one
+// pipelined row per table (its first), without the suite and with short
+// scenario names.
+func summaryRows(w io.Writer, tables []scenarioRows, suites []string, compact bool) {
+	if compact {
+		fmt.Fprintln(w, "| scenario | row | ÷ net/http twin: req/s, CPU/req, p99 | ÷ fastest fasthttp: req/s, CPU/req |")
+		fmt.Fprintln(w, "|---|---|---|---|")
+	} else {
+		fmt.Fprintln(w, "| suite | scenario | row | ÷ net/http twin: req/s, CPU/req, p99 | ÷ fastest fasthttp client: req/s, CPU/req |")
+		fmt.Fprintln(w, "|---|---|---|---|---|")
+	}
 	for _, t := range tables {
 		if suites != nil && !slices.Contains(suites, t.sc.Suite) {
 			continue
@@ -202,18 +217,19 @@ func summaryRows(w io.Writer, tables []scenarioRows, suites []string, first bool
 			for _, q := range t.rows {
 				if q.Client == twin && measured(q) {
 					rq, rc, r99 := p.ReqPerSec/q.ReqPerSec, p.CPUPerReq/q.CPUPerReq, p.P99Ms/q.P99Ms
-					cell = fmt.Sprintf("%s, %s, %s", fmtRatio(rq, rq < 1), fmtRatio(rc, rc > 1), fmtRatio(r99, r99 > 1))
+					cell = fmt.Sprintf("%s, %s, %s", fmtRatio(rq, lower(rq)), fmtRatio(rc, higher(rc)), fmtRatio(r99, higher(r99)))
 				}
 			}
 			fcell := "-"
 			if fast != nil && (p.Client == clientPipelined || p.Client == clientPipelinedH1) {
 				rq, rc := p.ReqPerSec/fast.ReqPerSec, p.CPUPerReq/fast.CPUPerReq
-				fcell = fmt.Sprintf("%s, %s (%s)", fmtRatio(rq, rq < 1), fmtRatio(rc, rc > 1), fast.Client)
+				fcell = fmt.Sprintf("%s, %s (%s)", fmtRatio(rq, lower(rq)), fmtRatio(rc, higher(rc)), fast.Client)
 			}
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", t.sc.Suite, t.sc, p.Client, cell, fcell)
-			if first {
+			if compact {
+				fmt.Fprintf(w, "| %s | %s | %s | %s |\n", compactName.Replace(t.sc.String()), p.Client, cell, fcell)
 				break
 			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", t.sc.Suite, t.sc, p.Client, cell, fcell)
 		}
 	}
 }
@@ -254,7 +270,7 @@ func writeMarkdown(file string, rs []result, o *options, ri runInfo) error {
 
 	fmt.Fprintf(w, "## Method\n\n")
 	fmt.Fprintf(w, "Each table is one scenario: a server, C connections per host, pipeline depth K, P callers in a\n")
-	fmt.Fprintf(w, "closed loop. Every client of the table runs %d round(s) of %v (suites with a duration of their\n", o.rounds, o.duration)
+	fmt.Fprintf(w, "closed loop. Every client of the table runs %d round(s) of %v, %v in all (suites with a duration of their\n", o.rounds, o.duration, o.duration*time.Duration(o.rounds))
 	fmt.Fprintf(w, "own, `concurrency` and `slow`, run it instead unless DURATION is given), each after an unmeasured\n")
 	fmt.Fprintf(w, "warm-up of %v that lasts until every caller has had an answer; the clients' order rotates\n", o.warmup)
 	fmt.Fprintf(w, "every round. The server runs in a child process on 127.0.0.1, so CPU/req is the clients' own user\n")
@@ -290,10 +306,10 @@ func writeMarkdown(file string, rs []result, o *options, ri runInfo) error {
 			}
 			p999 := "-"
 			if t.tail() {
-				p999 = fmtRatio(r.P999, r.P999 > 1)
+				p999 = fmtRatio(r.P999, higher(r.P999))
 			}
 			fmt.Fprintf(w, "| %s | %s | %s ÷ %s | %s | %s | %s | %s |\n", t.sc.Suite, t.sc, r.Row, r.Peer,
-				fmtRatio(r.ReqPerSec, r.ReqPerSec < 1), fmtRatio(r.CPUPerReq, r.CPUPerReq > 1), fmtRatio(r.P99, r.P99 > 1), p999)
+				fmtRatio(r.ReqPerSec, lower(r.ReqPerSec)), fmtRatio(r.CPUPerReq, higher(r.CPUPerReq)), fmtRatio(r.P99, higher(r.P99)), p999)
 		}
 	}
 	if !listed {
@@ -347,10 +363,10 @@ func writeMarkdownTable(w io.Writer, s scenarioRows) {
 		for _, r := range peers {
 			p999 := "-"
 			if s.tail() {
-				p999 = fmtRatio(r.P999, r.P999 > 1)
+				p999 = fmtRatio(r.P999, higher(r.P999))
 			}
 			fmt.Fprintf(w, "| %s ÷ %s | %s | %s | %s | %s |\n", r.Row, r.Peer,
-				fmtRatio(r.ReqPerSec, r.ReqPerSec < 1), fmtRatio(r.CPUPerReq, r.CPUPerReq > 1), fmtRatio(r.P99, r.P99 > 1), p999)
+				fmtRatio(r.ReqPerSec, lower(r.ReqPerSec)), fmtRatio(r.CPUPerReq, higher(r.CPUPerReq)), fmtRatio(r.P99, higher(r.P99)), p999)
 		}
 	}
 	for _, l := range apiCostLines(s.rows) {
@@ -381,10 +397,10 @@ func writeReadme(file, page string, rs []result, ri runInfo) error {
 		suites = nil // the run had none of them: summarise what it had
 	}
 	summaryRows(&b, tables, suites, true)
-	fmt.Fprintf(&b, "\n%s, %s, %d logical CPUs; %s UTC; `%s`", ri.GoVersion, cmp.Or(ri.CPU, ri.OS+"/"+ri.Arch), ri.NumCPU, ri.Start.Format("2006-01-02"), ri.command())
+	fmt.Fprintf(&b, "\n%s, %s, %d CPUs, %s: `%s`", ri.GoVersion, cmp.Or(ri.CPU, ri.OS+"/"+ri.Arch), ri.NumCPU, ri.Start.Format("2006-01-02"), ri.command())
 	if page != "" {
 		if rel, err := filepath.Rel(filepath.Dir(file), page); err == nil {
-			fmt.Fprintf(&b, ". Every suite, the machine and the method: [%s](%s)", filepath.ToSlash(rel), filepath.ToSlash(rel))
+			fmt.Fprintf(&b, " ([%s](%s))", filepath.ToSlash(rel), filepath.ToSlash(rel))
 		}
 	}
 	b.WriteString(".\n\n")

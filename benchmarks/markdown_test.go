@@ -26,6 +26,9 @@ func TestRatioPeers(t *testing.T) {
 		{ratio{Row: clientPipelinedH1, Peer: clientNetHTTPH1, ReqPerSec: 2, CPUPerReq: 0.5, P99: 0.5}, true, false},
 		{ratio{Row: clientPipelinedH1, Peer: clientFastPipeline, ReqPerSec: 2, CPUPerReq: 0.5, P99: 0.5}, true, false},
 		{ratio{Row: clientPipelinedHedge, Peer: clientNetHTTP, ReqPerSec: 2, CPUPerReq: 0.5, P99: 0.5}, true, false},
+		// As printed, to two decimals: 0.996 and 1.004 are level.
+		{ratio{Row: clientPipelined, Peer: clientNetHTTP, ReqPerSec: 0.996, CPUPerReq: 1.004, P99: 1.004}, true, false},
+		{ratio{Row: clientPipelined, Peer: clientNetHTTP, ReqPerSec: 0.994, CPUPerReq: 1, P99: 1}, true, true},
 	} {
 		if got := tc.r.isPeer(); got != tc.peer {
 			t.Errorf("%s ÷ %s: isPeer = %v, want %v", tc.r.Row, tc.r.Peer, got, tc.peer)
