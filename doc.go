@@ -45,16 +45,23 @@
 //
 // # What it learns
 //
-// Each host is watched through its answers: whether it answers pipelined
-// requests at all (until it has, one request at a time is pipelined), how
-// many requests it serves per connection, when it announces it will close
-// a connection (Keep-Alive: timeout=, max=), how long its answers take and
-// how large they are. A host that gains nothing from pipelining gets
-// connections of its own, as with net/http, and one whose connections keep
-// failing with pipelined requests outstanding is not pipelined for a while
-// (30 s, doubled for each fallback in a row). [Transport.Stats] shows each
-// host's effective pipeline depth; docs/design.md in the repository says
-// what is learned from what.
+// Each host is judged from its answers. A request is written behind
+// another only if the other's route class (its method, path shape with
+// identifiers folded, query parameter names and Accept field) last
+// answered bounded and quickly on that host: nothing waits behind a class
+// not seen there yet, nor behind one whose last answer was a stream or held
+// its connection's head late (a long poll). A class known to stream or to
+// be late is written behind nothing either (it takes a connection of its
+// own, as with net/http) and is never copied. The host's pool also learns what its connections show: how many
+// requests the server answers per connection, when it announces it will
+// close one (Keep-Alive: timeout=, max=), whether pipelining gains anything
+// there, and, when connections keep failing with pipelined requests
+// outstanding, to fall back to one request per connection for a while (30
+// s, doubled for each fallback in a row). [TransportOptions.FixedPolicy]
+// turns the learning off; [Transport.Stats] shows each host's effective
+// pipeline depth, and [Observer] reports each change of a verdict
+// (RouteLearned). docs/design.md in the repository says what is learned
+// from what.
 //
 // # Safety
 //

@@ -176,6 +176,8 @@ type TransportOptions struct {
 	// quickly on its host, so that nothing waits behind a stream, a long
 	// poll or a download nobody foresaw. net/http's Transport has no
 	// twin: it never pipelines.
+	//
+	// Default: off. net/http: none.
 	FixedPolicy bool
 
 	// MaxResponseHeaderBytes limits the size of a response's header block,
