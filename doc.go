@@ -1,24 +1,67 @@
-// Package pipelined implements an [net/http.RoundTripper] that keeps a small
+// Package pipelined implements a [net/http.RoundTripper] that keeps a small
 // set of pipelined HTTP/1.1 connections per host, and uses HTTP/2 (the
 // standard library's) where an https server negotiates it.
 //
-// A Transport is a drop-in replacement for [net/http.Transport]:
+// A [Transport] goes where a [net/http.Transport] would, in
+// [net/http.Client.Transport]; everything http.Client does (redirects,
+// cookies, Timeout) works on top of it. Options that twin an http.Transport
+// field keep its name and meaning, and [OptionsFrom] copies them from an
+// existing one:
 //
-//	client := &http.Client{Transport: pipelined.NewTransport(pipelined.TransportOptions{
-//		MaxConnsPerHost: 8,
-//		PipelineDepth:   4,
-//	})}
+//	// go get github.com/pipelined/pipelined
+//	client := &http.Client{Transport: pipelined.NewTransport(pipelined.TransportOptions{})}
+//
+//	// or, keeping an *http.Transport's settings:
+//	client := &http.Client{Transport: pipelined.NewTransport(pipelined.OptionsFrom(old))}
+//
+// Install it per client; never assign it to [net/http.DefaultTransport],
+// which much code asserts to be an *http.Transport.
+//
+// # When it helps
+//
+// Many concurrent requests to few HTTP/1.1 hosts: a service calling its
+// backends, a crawler of one site, an API client under load. Pipelining
+// carries several requests per connection, so the same number of
+// connections serves more requests, with fewer dials, system calls and
+// goroutine hand-offs per request. Where requests cannot gain from it
+// (one caller at a time, POSTs, a host that answers over HTTP/2, a server
+// that runs a connection's requests one at a time with slow answers) the
+// Transport uses connections as net/http does. It does not help against a
+// server that mishandles pipelining (it falls back to one request per
+// connection, see below) or one that speaks HTTP/2 anyway.
 //
 // # Scheduling
 //
 // Each host (scheme, address and proxy) has a pool of at most
-// [TransportOptions.MaxConnsPerHost] connections. A request takes an idle
-// connection if there is one; otherwise, if the pool may grow, it starts a
-// dial and takes whichever comes first, that dial or a connection that
-// becomes idle; otherwise it is pipelined onto the eligible connection with
-// the least expected wait; otherwise it waits in a per-host FIFO queue.
-// Requests are stacked on one connection only when every allowed connection
-// is busy.
+// [TransportOptions.MaxConnsPerHost] connections (no limit by default). A
+// request takes an idle connection if there is one; otherwise, if the pool
+// may grow, it starts a dial and takes whichever comes first, that dial or
+// a connection that becomes idle; otherwise it is pipelined onto the
+// eligible connection with the least expected wait; otherwise it waits in a
+// per-host FIFO queue. Pipelineable requests stop dialing at
+// [TransportOptions.PipelineConnsPerHost] connections (8) and pipeline up
+// to [TransportOptions.PipelineDepth] (4) on them; every other request
+// dials up to MaxConnsPerHost, as with net/http.
+//
+// # What it learns
+//
+// Each host is judged from its answers. A request is written behind
+// another only if the other's route class (its method, path shape with
+// identifiers folded, query parameter names and Accept field) last
+// answered bounded and quickly on that host: nothing waits behind a class
+// not seen there yet, nor behind one whose last answer was a stream or held
+// its connection's head late (a long poll). A class known to stream or to
+// be late is written behind nothing either (it takes a connection of its
+// own, as with net/http) and is never copied. The host's pool also learns what its connections show: how many
+// requests the server answers per connection, when it announces it will
+// close one (Keep-Alive: timeout=, max=), whether pipelining gains anything
+// there, and, when connections keep failing with pipelined requests
+// outstanding, to fall back to one request per connection for a while (30
+// s, doubled for each fallback in a row). [TransportOptions.FixedPolicy]
+// turns the learning off; [Transport.Stats] shows each host's effective
+// pipeline depth, and [Observer] reports each change of a verdict
+// (RouteLearned). docs/design.md in the repository says what is learned
+// from what.
 //
 // # Safety
 //
@@ -47,7 +90,7 @@
 // length (chunked, or until close), streams from the connection through a
 // buffer of at most 64 KiB; the connection then takes no new requests until
 // that body has been read or closed, and if it is still streaming after
-// HeadOfLineTimeout, idempotent requests already written behind it are
+// HeadOfLineTimeout, the safe requests already written behind it are
 // re-sent on another connection (as they are behind a body read ahead whole
 // that is still arriving then). The memory the transport reads ahead of its
 // callers is therefore bounded by MaxConnsPerHost × PipelineDepth × 256 KiB
@@ -57,4 +100,26 @@
 // is the caller's: it holds its (at most 256 KiB) buffer until it is read,
 // closed or garbage collected, where net/http would hold a connection
 // instead.
+//
+// # Errors and observability
+//
+// Requests fail with net/http's errors where net/http would fail (the same
+// texts for invalid requests, the context's error on cancellation), with
+// [ErrTransportClosed] after [Transport.Close], and with a [*ConnError]
+// when a connection fails under a request that is not sent again:
+// errors.Is finds its cause, and [ErrServerClosed] if the request reached
+// the server. [Transport.Stats] is a snapshot of every host's pool;
+// [TransportOptions.Observer] receives every request's and connection's
+// events outside the Transport's locks (the otelpipelined module turns them
+// into OpenTelemetry metrics); httptrace hooks fire as with net/http.
+//
+// # Further reading
+//
+// In the repository: README.md (install, migrating, the differences from
+// net/http that a user can act on), docs/design.md (a request's path, who
+// owns what, the protocol rules with their sources), docs/reliability.md
+// (failure model, retries, head-of-line protection), docs/parity.md
+// (httptrace under pipelining), docs/connecting.md (dialing, TLS, proxies)
+// and docs/benchmarks.md (measurements, regenerated by the benchmarks
+// program).
 package pipelined

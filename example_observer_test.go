@@ -1,7 +1,11 @@
 package pipelined_test
 
 import (
+	"fmt"
+	"io"
 	"log"
+	"net/http"
+	"net/http/httptest"
 	"sync/atomic"
 
 	"github.com/pipelined/pipelined"
@@ -9,11 +13,16 @@ import (
 
 // An Observer is a struct of hooks: set the ones you need. Hooks run in
 // the transport's goroutines, outside its locks, and must not block: count,
-// or hand the event to another goroutine. Install it with
-// pipelined.NewTransport(pipelined.TransportOptions{Observer: obs}).
-// The otelpipelined module turns these events into OpenTelemetry metrics.
+// or hand the event to another goroutine. RequestDone runs just before
+// RoundTrip returns. The otelpipelined module turns these events into
+// OpenTelemetry metrics.
 func ExampleObserver() {
-	var requests, resends, pipelinedSends atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+
+	var requests, resends, pipelinedSends, conns atomic.Int64
 	obs := &pipelined.Observer{
 		RequestQueued: func(ev pipelined.RequestEvent) {
 			if ev.Resend != pipelined.ResendNone {
@@ -32,6 +41,7 @@ func ExampleObserver() {
 					ev.Request.Method, ev.Host, ev.Attempt, ev.QueueTime, ev.Err)
 			}
 		},
+		ConnOpened: func(pipelined.ConnEvent) { conns.Add(1) },
 		ConnClosed: func(ev pipelined.ConnEvent) {
 			if ev.Reason == pipelined.CloseError {
 				log.Printf("connection %d to %s closed after %v: %v",
@@ -39,8 +49,20 @@ func ExampleObserver() {
 			}
 		},
 	}
-	tr := pipelined.NewTransport(pipelined.TransportOptions{Observer: obs})
-	defer tr.Close()
+	t := pipelined.NewTransport(pipelined.TransportOptions{Observer: obs})
+	defer t.Close()
+	client := &http.Client{Transport: t}
+	for range 3 { // one after another: one connection, nothing pipelined
+		resp, err := client.Get(srv.URL)
+		if err != nil {
+			log.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	fmt.Printf("%d requests, %d connection, %d pipelined, %d sent again\n",
+		requests.Load(), conns.Load(), pipelinedSends.Load(), resends.Load())
+	// Output: 3 requests, 1 connection, 0 pipelined, 0 sent again
 }
 
 // HedgeHeadOfLine is for a service that reads mostly safe, quick requests

@@ -118,7 +118,7 @@ func keepAliveServer(header string, idle time.Duration, max int, posts *atomic.I
 	}}
 }
 
-// TestKeepAliveTimeoutPOSTs is issue 14's loop: POSTs (and GETs) spaced at
+// TestKeepAliveTimeoutPOSTs is the idle-timeout race: POSTs (and GETs) spaced at
 // about the server's announced idle timeout. None may meet a connection the
 // server is closing: a connection is retired timeout minus a margin after
 // its last response, and a POST, which cannot be retried, takes no

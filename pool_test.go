@@ -20,9 +20,9 @@ import (
 	"time"
 )
 
-// TestClosingResponseWithLateBody is issue 10's first reproduction: a
-// response that closes the connection and whose body comes 100 ms after
-// its head. Requests placed meanwhile must go elsewhere (or wait), never
+// TestClosingResponseWithLateBody sends GETs to a server whose response
+// closes the connection and whose body comes 100 ms after its head.
+// Requests placed meanwhile must go elsewhere (or wait), never
 // spin on the closing connection.
 func TestClosingResponseWithLateBody(t *testing.T) {
 	verifyNoLeaks(t)
@@ -63,9 +63,8 @@ func TestClosingResponseWithLateBody(t *testing.T) {
 	waitOrFail(t, &wg, "GETs")
 }
 
-// TestQuietCloseAfterEachAnswer is issue 10's second reproduction: a server
-// that closes each connection right after its answer, without saying so.
-// Sequential GETs must all succeed, as with net/http.
+// TestQuietCloseAfterEachAnswer sends GETs to a server that closes each
+// connection right after its answer, without saying so. Sequential GETs must all succeed, as with net/http.
 func TestQuietCloseAfterEachAnswer(t *testing.T) {
 	verifyNoLeaks(t)
 	srv := newRawServer(t, serveEchoN(1))

@@ -38,9 +38,9 @@ import (
 // (Node's http server, Python's http.server, HAProxy, nginx reloading,
 // lighttpd, Apache, tinyproxy as a forward proxy, hypercorn) under bounded
 // concurrent loads. Every caller checks it got its own answer, POSTs are
-// counted on the server, and pipelined may fail only
-// where net/http fails too (issue 10); the keep-alive POST loop is issue 14's test. Each
-// test skips when its program is missing, and fails instead under CI=true.
+// counted on the server, and pipelined may fail only where net/http fails
+// too. Each test skips when its program is missing, and fails instead
+// under CI=true.
 
 // requireProgram returns the path of the first of names found (a name with
 // a slash is a path), skipping the test if there is none, or failing it
@@ -545,9 +545,9 @@ func testRealNode(t *testing.T, destroy bool) {
 	}
 }
 
-// TestRealNodeKeepAlivePOSTs is issue 14's test: loops of POSTs spaced at
-// about the time Node closes an idle connection, so that a POST may be
-// written onto a connection the server is closing for idleness. Node
+// TestRealNodeKeepAlivePOSTs runs loops of POSTs spaced at about the time
+// Node closes an idle connection, so that a POST may be written onto a
+// connection the server is closing for idleness. Node
 // announces "Keep-Alive: timeout=1" (keepAliveTimeout 1 s); Node 20 closes
 // a second later than it announces (its keep-alive timeout buffer), so the
 // test first measures when the server really closes an idle connection and

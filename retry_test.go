@@ -87,7 +87,7 @@ func TestMayDuplicate(t *testing.T) {
 	}
 }
 
-// TestPutNeverRunsAfterLaterPut is the Elasticsearch case of issue 11: a
+// TestPutNeverRunsAfterLaterPut is the Elasticsearch reindex case: a
 // PUT that sits behind a slow GET must not be executed by the server after
 // a later PUT its caller sent once the first was acknowledged.
 func TestPutNeverRunsAfterLaterPut(t *testing.T) {

@@ -76,6 +76,8 @@ type TransportOptions struct {
 	// (or a negative value) means no limit. Requests that are not
 	// pipelined (see PipelineConnsPerHost) dial up to this limit, as
 	// net/http's would, and then wait.
+	//
+	// Default: no limit. net/http: Transport.MaxConnsPerHost, same meaning.
 	MaxConnsPerHost int
 
 	// PipelineConnsPerHost is the pipelining threshold: the number of
@@ -85,16 +87,25 @@ type TransportOptions struct {
 	// (POST, PUT, requests with a body, Expect: 100-continue, retries)
 	// are not held by it: they may dial up to MaxConnsPerHost. Zero means
 	// DefaultPipelineConnsPerHost; see docs/design.md.
+	//
+	// Default: 8. net/http: none (it dials a connection per request, up to
+	// MaxConnsPerHost).
 	PipelineConnsPerHost int
 
 	// PipelineDepth is the largest number of requests in flight on one
 	// connection. 1 disables pipelining; zero means DefaultPipelineDepth.
+	//
+	// Default: 4. net/http: none (it sends one request at a time per
+	// connection, as depth 1 does).
 	PipelineDepth int
 
 	// IdleConnTimeout is how long a connection with nothing in flight stays
 	// open. Zero means DefaultIdleConnTimeout (90 s, http.DefaultTransport's
 	// value); a negative value means no limit. (net/http's zero means no
 	// limit; OptionsFrom carries that meaning over.)
+	//
+	// Default: 90 s. net/http: Transport.IdleConnTimeout, whose zero means
+	// no limit.
 	IdleConnTimeout time.Duration
 
 	// ResponseHeaderTimeout, if non-zero, is how long to wait for a
@@ -104,6 +115,9 @@ type TransportOptions struct {
 	// would count the time spent behind earlier responses.) On expiry the
 	// connection is closed and RoundTrip returns a net.Error whose Timeout
 	// method reports true.
+	//
+	// Default: none. net/http: Transport.ResponseHeaderTimeout, timed from
+	// the write.
 	ResponseHeaderTimeout time.Duration
 
 	// HeadOfLineTimeout is how long the oldest request on a connection may
@@ -115,6 +129,9 @@ type TransportOptions struct {
 	// safe requests (GET, HEAD, OPTIONS, TRACE without a body) are ever
 	// pipelined, so no other request is ever sent twice this way. Zero
 	// means DefaultHeadOfLineTimeout (1 s); a negative value disables it.
+	//
+	// Default: 1 s. net/http: none (nothing waits behind another request
+	// there).
 	HeadOfLineTimeout time.Duration
 
 	// HedgeHeadOfLine, if true, also sends a copy of a late head itself on
@@ -137,6 +154,8 @@ type TransportOptions struct {
 	// long poll) gains nothing from its copy, which costs the server a
 	// second run; gRPC and Envoy hedge only when asked to. See
 	// docs/reliability.md.
+	//
+	// Default: off. net/http: none.
 	HedgeHeadOfLine bool
 
 	// FixedPolicy turns the host model off (docs/model.md): the transport
@@ -157,22 +176,34 @@ type TransportOptions struct {
 	// quickly on its host, so that nothing waits behind a stream, a long
 	// poll or a download nobody foresaw. net/http's Transport has no
 	// twin: it never pipelines.
+	//
+	// Default: off. net/http: none.
 	FixedPolicy bool
 
 	// MaxResponseHeaderBytes limits the size of a response's header block,
 	// 1xx responses included. Zero means DefaultMaxResponseHeaderBytes.
+	//
+	// Default: 10 MiB. net/http: Transport.MaxResponseHeaderBytes, same
+	// meaning and default.
 	MaxResponseHeaderBytes int64
 
 	// DisableKeepAlives, if true, uses each connection for one request only
 	// and sends "Connection: close". It disables pipelining.
+	//
+	// Default: false. net/http: Transport.DisableKeepAlives, same meaning.
 	DisableKeepAlives bool
 
 	// DisableCompression, if true, prevents the Transport from requesting
 	// gzip with "Accept-Encoding: gzip" and decoding it transparently.
+	//
+	// Default: false. net/http: Transport.DisableCompression, same meaning.
 	DisableCompression bool
 
 	// ReadBufferSize and WriteBufferSize are the sizes of each
 	// connection's read and write buffers. Zero means 4 KiB.
+	//
+	// Default: 4 KiB each. net/http: Transport.ReadBufferSize and
+	// WriteBufferSize, same meaning and default.
 	ReadBufferSize  int
 	WriteBufferSize int
 
@@ -184,6 +215,10 @@ type TransportOptions struct {
 	// serves another request, or joins the pool as an idle connection. It is
 	// cancelled by Close. Each dial runs in its own goroutine and holds no
 	// lock. See docs/connecting.md.
+	//
+	// Default: the dialer above. net/http: Transport.DialContext (and the
+	// deprecated Dial, which OptionsFrom wraps); its zero Transport dials
+	// with a zero net.Dialer.
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	// DialTLSContext, if non-nil, dials TLS connections for https targets
@@ -194,6 +229,9 @@ type TransportOptions struct {
 	// state becomes resp.TLS. A target connection on which TLS negotiated
 	// "h2" is served over HTTP/2 if Protocols allows it; one that
 	// negotiated another protocol than "http/1.1" is refused.
+	//
+	// Default: nil (DialContext, then a TLS handshake). net/http:
+	// Transport.DialTLSContext (and the deprecated DialTLS), same meaning.
 	DialTLSContext func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	// TLSClientConfig is the TLS configuration for https targets and https
@@ -202,12 +240,17 @@ type TransportOptions struct {
 	// port), and NextProtos is set by the Transport: ["h2", "http/1.1"]
 	// for https targets unless Protocols leaves HTTP/2 out, ["http/1.1"]
 	// for proxies (see Protocols). Nil means the zero tls.Config.
+	//
+	// Default: nil. net/http: Transport.TLSClientConfig, same meaning.
 	TLSClientConfig *tls.Config
 
 	// TLSHandshakeTimeout, if non-zero, limits the time spent on a TLS
 	// handshake. On expiry the dial fails with a net.Error whose Timeout
 	// method reports true ("pipelined: TLS handshake timeout"). Zero means
 	// no limit other than DialContext's (http.DefaultTransport uses 10 s).
+	//
+	// Default: none. net/http: Transport.TLSHandshakeTimeout, same
+	// meaning.
 	TLSHandshakeTimeout time.Duration
 
 	// Proxy, if non-nil, returns the proxy for a request, or a nil URL for
@@ -217,20 +260,32 @@ type TransportOptions struct {
 	// username/password to SOCKS5 proxies. An error aborts the request.
 	// http.ProxyFromEnvironment and http.ProxyURL work as they are. Each
 	// (proxy, target) pair has a pool of its own. See docs/connecting.md.
+	//
+	// Default: nil, no proxy (as a zero http.Transport; http.DefaultTransport
+	// uses http.ProxyFromEnvironment, and OptionsFrom carries it). net/http:
+	// Transport.Proxy, same meaning.
 	Proxy func(*http.Request) (*url.URL, error)
 
 	// OnProxyConnectResponse, if non-nil, is called with the proxy's
 	// response to a CONNECT request, before its status is checked. A
 	// non-nil error fails the dial, and the requests waiting for it.
+	//
+	// Default: nil. net/http: Transport.OnProxyConnectResponse, same
+	// meaning.
 	OnProxyConnectResponse func(ctx context.Context, proxyURL *url.URL, connectReq *http.Request, connectRes *http.Response) error
 
 	// ProxyConnectHeader holds the headers sent to proxies in CONNECT
 	// requests. It is ignored if GetProxyConnectHeader is set.
+	//
+	// Default: nil. net/http: Transport.ProxyConnectHeader, same meaning.
 	ProxyConnectHeader http.Header
 
 	// GetProxyConnectHeader, if non-nil, returns the headers to send to
 	// proxyURL in a CONNECT request to target (host:port). A nil header
 	// with a nil error sends none; an error fails the dial.
+	//
+	// Default: nil. net/http: Transport.GetProxyConnectHeader, same
+	// meaning.
 	GetProxyConnectHeader func(ctx context.Context, proxyURL *url.URL, target string) (http.Header, error)
 
 	// ExpectContinueTimeout, if non-zero, is how long to wait for a server's
@@ -240,6 +295,9 @@ type TransportOptions struct {
 	// status arriving before any 100 skips the body if the response or the
 	// request closes the connection, and sends it otherwise. Such requests
 	// are never pipelined.
+	//
+	// Default: none. net/http: Transport.ExpectContinueTimeout, same
+	// meaning.
 	ExpectContinueTimeout time.Duration
 
 	// MaxIdleConnsPerHost is the number of idle connections (connections
@@ -249,17 +307,27 @@ type TransportOptions struct {
 	// pipelined pool is small (MaxConnsPerHost) and is meant to stay warm,
 	// and closing connections that a burst will want back moments later
 	// would bring back the dial churn pipelining avoids.
+	//
+	// Default: keep every idle connection. net/http:
+	// Transport.MaxIdleConnsPerHost, whose zero means 2
+	// (http.DefaultMaxIdleConnsPerHost).
 	MaxIdleConnsPerHost int
 
 	// Observer, if non-nil, receives the events of the Transport's requests
 	// and connections, for metrics (see the otelpipelined module) and
 	// logs. Its hooks run outside the Transport's locks. Nil costs nothing
 	// measurable.
+	//
+	// Default: nil. net/http: none (httptrace hooks, which this Transport
+	// also fires, are per request).
 	Observer *Observer
 
 	// MaxIdleConns caps the idle connections (nothing in flight) across all
 	// hosts; when a connection becoming idle exceeds it, the connection idle
 	// for the longest time is closed. Zero means no limit.
+	//
+	// Default: no limit. net/http: Transport.MaxIdleConns, same meaning
+	// (http.DefaultTransport sets 100).
 	MaxIdleConns int
 
 	// Protocols is the set of protocols the Transport uses, with
@@ -272,10 +340,17 @@ type TransportOptions struct {
 	// are not behind an HTTP proxy. Requests that need HTTP/1.1 (CONNECT,
 	// Upgrade) always get it. DisableKeepAlives turns HTTP/2 off.
 	// OptionsFrom sets it to the protocols an http.Transport would use.
+	//
+	// Default: nil, HTTP/1 and HTTP/2. net/http: Transport.Protocols,
+	// whose nil means HTTP/1 only unless ForceAttemptHTTP2 or TLSNextProto
+	// asks for HTTP/2 (a Transport with no custom dialer or TLS config
+	// attempts it too); ForceAttemptHTTP2 and TLSNextProto have no twin here.
 	Protocols *http.Protocols
 
 	// HTTP2 configures HTTP/2 connections, as in net/http. Nil means
 	// net/http's defaults.
+	//
+	// Default: nil. net/http: Transport.HTTP2, same meaning.
 	HTTP2 *http.HTTP2Config
 }
 

@@ -539,8 +539,8 @@ func TestCancelWhileReadingBody(t *testing.T) {
 	}
 }
 
-// TestUnreadBodyDoesNotBlock is the example: an unread 8 MiB body
-// must not stop a later request that net/http with the same
+// TestUnreadBodyDoesNotBlock checks that an unread 8 MiB body does not
+// stop a later request that net/http with the same
 // MaxConnsPerHost would serve.
 func TestUnreadBodyDoesNotBlock(t *testing.T) {
 	verifyNoLeaks(t)

@@ -264,7 +264,8 @@ type options struct {
 	clients                  []string
 	noKeepAlive              string
 	jsonFile, plotFile       string
-	single                   bool // a scenario was given: run just that
+	markdownFile, readmeFile string // -markdown, -readme
+	single                   bool   // a scenario was given: run just that
 
 	suites      []string // the suites to run (when not single)
 	durationSet bool     // DURATION was given: it wins over a suite's own
@@ -299,6 +300,8 @@ func main() {
 	fRounds := flag.String("rounds", "", "split each client's DURATION into `N` rounds, the clients' order rotated every round (env ROUNDS, default 2)")
 	fCPUProfile := flag.String("cpuprofile", "", "write a CPU profile of the clients (not the server, a child process) to `FILE`")
 	fTrace := flag.String("trace", "", "write an execution trace of the clients to `FILE` (go tool trace)")
+	fMarkdown := flag.String("markdown", "", "write the run's page (machine, method, summary, what is not ahead yet, every table with its ratios) as Markdown to `FILE`")
+	fReadme := flag.String("readme", "", "replace the benchmark table between the markers of `FILE` (the README) with this run's summary of the default suites")
 	fPlot := flag.String("plot", "", "draw req/s against P per client (MB/s against body size for the bodies and chunked suites) as SVG to `FILE.svg`")
 	fSuite := flag.String("suite", "", "comma list of suites to run (env SUITE, default \"default,concurrency\"): "+strings.Join(suiteNames, ", ")+", or all")
 	fURL := flag.String("url", "", "benchmark net/http against pipelined on the server at `URL` (http or https, yours: this sends load) instead of the embedded servers; -c, -k, -p, -duration, -rounds apply")
@@ -398,6 +401,7 @@ Flags override environment variables.
 		os.Exit(2)
 	}
 	opts.jsonFile, opts.plotFile, opts.chunked = *fJSON, *fPlot, *fChunked
+	opts.markdownFile, opts.readmeFile = *fMarkdown, *fReadme
 	if err := opts.setRunFlags(*fSuite, *fURL, *fMethod, *fMaxReq, *fDur, *fClients); err != nil {
 		fmt.Fprintln(os.Stderr, "benchmarks:", err)
 		os.Exit(2)
@@ -653,6 +657,7 @@ func run(o *options, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "benchmarks: %s %s/%s GOMAXPROCS=%d, %d rounds of %v per client (%s, order rotated), %s\n",
 		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), o.rounds, o.duration, warm, where)
+	ri := newRunInfo()
 	var all []result
 	servers := map[serverConfig]*childServer{}
 	defer func() {
@@ -711,11 +716,13 @@ func run(o *options, out io.Writer) error {
 		}
 		all = append(all, rows...)
 		if o.jsonFile != "" { // keep what we have if a later cell dies
-			if err := writeJSON(o.jsonFile, all, o); err != nil {
+			ri.End, ri.LoadEnd = time.Now().UTC(), loadAverage()
+			if err := writeJSON(o.jsonFile, all, o, ri); err != nil {
 				return err
 			}
 		}
 	}
+	ri.End, ri.LoadEnd = time.Now().UTC(), loadAverage()
 	if o.plotFile != "" {
 		if err := os.WriteFile(o.plotFile, []byte(plotSVG(all)), 0o644); err != nil {
 			return err
@@ -723,20 +730,36 @@ func run(o *options, out io.Writer) error {
 		fmt.Fprintf(out, "wrote %s\n", o.plotFile)
 	}
 	if o.jsonFile != "" {
+		if err := writeJSON(o.jsonFile, all, o, ri); err != nil {
+			return err
+		}
 		fmt.Fprintf(out, "wrote %s\n", o.jsonFile)
+	}
+	if o.markdownFile != "" {
+		if err := writeMarkdown(o.markdownFile, all, o, ri); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "wrote %s\n", o.markdownFile)
+	}
+	if o.readmeFile != "" {
+		if err := writeReadme(o.readmeFile, o.markdownFile, all, ri); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "wrote %s\n", o.readmeFile)
 	}
 	return nil
 }
 
-func writeJSON(file string, rs []result, o *options) error {
+func writeJSON(file string, rs []result, o *options, ri runInfo) error {
 	doc := struct {
 		GoVersion  string    `json:"go_version"`
 		GOMAXPROCS int       `json:"gomaxprocs"`
 		NumCPU     int       `json:"num_cpu"`
 		Time       time.Time `json:"time"`
 		Duration   string    `json:"duration"`
+		Run        runInfo   `json:"run"`
 		Results    []result  `json:"results"`
-	}{runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), time.Now().UTC(), o.duration.String(), rs}
+	}{runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), time.Now().UTC(), o.duration.String(), ri, rs}
 	b, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {
 		return err
@@ -1008,47 +1031,50 @@ func percentile(sorted []time.Duration, q float64) time.Duration {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// printTable prints one scenario's rows, with the columns the scenario
+// table is one scenario's table as the program prints it: the title
+// (scenario and ideal), the columns, a row of cells per client (the client
+// first), the notes under it and the ratio lines.
+type table struct {
+	title  string
+	cols   []string
+	cells  [][]string
+	notes  []string
+	ratios []string
+}
+
+// makeTable lays out one scenario's rows, with the columns the scenario
 // calls for, the notes, and the ratios of each pipelined row to its peers.
-func printTable(out io.Writer, sc scenario, rows []result) {
+func makeTable(sc scenario, rows []result) table {
 	ideal := "-"
 	if v := sc.ideal(); v > 0 {
 		ideal = fmt.Sprintf("%.0f req/s", v)
 	}
-	fmt.Fprintf(out, "\n== %s   ideal %s\n", sc, ideal)
+	t := table{title: fmt.Sprintf("%s   ideal %s", sc, ideal)}
 	tail := sc.SlowFrac > 0 || sc.Track
 	bytesCols := sc.Body >= 16<<10 || sc.URL != ""
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	w := len("client")
-	for _, r := range rows {
-		w = max(w, len(r.Client))
-	}
-	name := func(s string) string { return fmt.Sprintf("%-*s", w, s) }
-	cols := []string{name("client"), "req/s", "p50", "p99"}
+	t.cols = []string{"client", "req/s", "p50", "p99"}
 	if tail {
-		cols = append(cols, "p99.9")
+		t.cols = append(t.cols, "p99.9")
 	}
-	cols = append(cols, "CPU/req")
+	t.cols = append(t.cols, "CPU/req")
 	if bytesCols {
-		cols = append(cols, "MB/s", "CPU/MB")
+		t.cols = append(t.cols, "MB/s", "CPU/MB")
 	}
 	if sc.Track {
-		cols = append(cols, "dup %")
+		t.cols = append(t.cols, "dup %")
 	}
-	cols = append(cols, "errors", "vs ideal", "max conns", "dials")
-	fmt.Fprintln(tw, strings.Join(cols, "\t")+"\t")
-	var notes []string
+	t.cols = append(t.cols, "errors", "vs ideal", "max conns", "dials")
 	for _, r := range rows {
 		if r.Skipped != "" {
-			fmt.Fprintln(tw, name(r.Client)+strings.Repeat("\t-", len(cols)-1)+"\t")
-			notes = append(notes, fmt.Sprintf("%s skipped: %s", r.Client, r.Skipped))
+			t.cells = append(t.cells, append([]string{r.Client}, slices.Repeat([]string{"-"}, len(t.cols)-1)...))
+			t.notes = append(t.notes, fmt.Sprintf("%s skipped: %s", r.Client, r.Skipped))
 			continue
 		}
 		ratio := "-"
 		if r.Ideal > 0 {
 			ratio = fmt.Sprintf("%.2f", r.Ratio)
 		}
-		vals := []string{name(r.Client), fmt.Sprintf("%.0f", r.ReqPerSec), fmtMs(r.P50Ms), fmtMs(r.P99Ms)}
+		vals := []string{r.Client, fmt.Sprintf("%.0f", r.ReqPerSec), fmtMs(r.P50Ms), fmtMs(r.P99Ms)}
 		if tail {
 			vals = append(vals, fmtMs(r.P999Ms))
 		}
@@ -1064,67 +1090,123 @@ func printTable(out io.Writer, sc scenario, rows []result) {
 			vals = append(vals, fmt.Sprintf("%.2f", 100*r.DupRate))
 		}
 		vals = append(vals, strconv.FormatInt(r.Errors, 10), ratio, strconv.Itoa(r.MaxOpen), strconv.FormatInt(r.Dials, 10))
-		fmt.Fprintln(tw, strings.Join(vals, "\t")+"\t")
+		t.cells = append(t.cells, vals)
 		if r.MaxInFlight > 0 || r.MaxQueued > 0 {
-			notes = append(notes, fmt.Sprintf("%s Stats: max %d open, %d in flight, %d queued", r.Client, r.MaxOpen, r.MaxInFlight, r.MaxQueued))
+			t.notes = append(t.notes, fmt.Sprintf("%s Stats: max %d open, %d in flight, %d queued", r.Client, r.MaxOpen, r.MaxInFlight, r.MaxQueued))
 		}
 		if sc.Hosts > 1 {
-			notes = append(notes, fmt.Sprintf("%s at the end of the window: %d connections open, %d goroutines besides the callers", r.Client, r.OpenAtEnd, r.GoroutinesAtEnd))
+			t.notes = append(t.notes, fmt.Sprintf("%s at the end of the window: %d connections open, %d goroutines besides the callers", r.Client, r.OpenAtEnd, r.GoroutinesAtEnd))
 		}
 		if sc.Track {
-			notes = append(notes, fmt.Sprintf("%s server side: %d requests, %d distinct", r.Client, r.ServerRequests, r.ServerDistinct))
+			t.notes = append(t.notes, fmt.Sprintf("%s server side: %d requests, %d distinct", r.Client, r.ServerRequests, r.ServerDistinct))
 		}
 		if r.StoppedAtBound {
-			notes = append(notes, fmt.Sprintf("%s stopped at the request bound (-max-requests) before the end of its duration", r.Client))
+			t.notes = append(t.notes, fmt.Sprintf("%s stopped at the request bound (-max-requests) before the end of its duration", r.Client))
 		}
 		if r.FirstError != "" {
-			notes = append(notes, fmt.Sprintf("%s first error: %s", r.Client, r.FirstError))
+			t.notes = append(t.notes, fmt.Sprintf("%s first error: %s", r.Client, r.FirstError))
 		}
 	}
+	t.ratios = ratioLines(rows, tail)
+	return t
+}
+
+// printTable prints one scenario's table as text.
+func printTable(out io.Writer, sc scenario, rows []result) {
+	t := makeTable(sc, rows)
+	fmt.Fprintf(out, "\n== %s\n", t.title)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	w := 0
+	for _, c := range t.cells {
+		w = max(w, len(c[0]))
+	}
+	line := func(c []string) {
+		c = slices.Clone(c)
+		c[0] = fmt.Sprintf("%-*s", max(w, len(c[0])), c[0]) // names to the left
+		fmt.Fprintln(tw, strings.Join(c, "\t")+"\t")
+	}
+	line(t.cols)
+	for _, c := range t.cells {
+		line(c)
+	}
 	tw.Flush()
-	for _, n := range notes {
+	for _, n := range t.notes {
 		fmt.Fprintln(out, "  ", n)
 	}
-	for _, l := range ratioLines(rows, tail) {
+	for _, l := range t.ratios {
 		fmt.Fprintln(out, "  ", l)
 	}
 }
 
-// ratioLines compares each pipelined row with its peers in the same table
+// ratio is one pipelined row's figures divided by a peer's in the same
+// table: above 1 is better for ReqPerSec, below 1 for the others.
+type ratio struct {
+	Row, Peer                 string
+	ReqPerSec, CPUPerReq, P99 float64
+	P999                      float64 // with tail only
+}
+
+// ratiosOf compares each pipelined row with its peers in the same table
 // (same run, same scenario): req/s, CPU per request (per byte too, the
-// bodies being equal) and p99 (p99.9 with tail), as pipelined ÷ peer. A
-// no-keepalive row is compared with no-keepalive peers only.
-func ratioLines(rows []result, tail bool) []string {
-	ok := func(r result) bool { return r.Skipped == "" && r.Requests > 0 }
-	var out []string
+// bodies being equal) and p99 (p99.9 with tail). A no-keepalive row is
+// compared with no-keepalive peers only.
+func ratiosOf(rows []result, tail bool) []ratio {
+	var out []ratio
 	for _, p := range rows {
-		if !isPipelined(p.Client) || !ok(p) {
+		if !isPipelined(p.Client) || !measured(p) {
 			continue
 		}
-		var parts []string
 		for _, q := range rows {
-			if isPipelined(q.Client) || !ok(q) || isNoKeepAlive(p.Client) != isNoKeepAlive(q.Client) {
+			if isPipelined(q.Client) || !measured(q) || isNoKeepAlive(p.Client) != isNoKeepAlive(q.Client) {
 				continue
 			}
-			part := fmt.Sprintf("/ %s: req/s %.2f, CPU/req %.2f, p99 %.2f", q.Client, p.ReqPerSec/q.ReqPerSec, p.CPUPerReq/q.CPUPerReq, p.P99Ms/q.P99Ms)
+			r := ratio{Row: p.Client, Peer: q.Client, ReqPerSec: p.ReqPerSec / q.ReqPerSec,
+				CPUPerReq: p.CPUPerReq / q.CPUPerReq, P99: p.P99Ms / q.P99Ms}
 			if tail {
-				part += fmt.Sprintf(", p99.9 %.2f", p.P999Ms/q.P999Ms)
+				r.P999 = p.P999Ms / q.P999Ms
+			}
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// measured reports whether a row has figures to compare.
+func measured(r result) bool { return r.Skipped == "" && r.Requests > 0 }
+
+// ratioLines prints ratiosOf, a line per pipelined row, and the ratios of
+// each fasthttp engine behind the net/http API to the engine alone.
+func ratioLines(rows []result, tail bool) []string {
+	var out []string
+	rs := ratiosOf(rows, tail)
+	for i := 0; i < len(rs); {
+		var parts []string
+		j := i
+		for ; j < len(rs) && rs[j].Row == rs[i].Row; j++ {
+			part := fmt.Sprintf("/ %s: req/s %.2f, CPU/req %.2f, p99 %.2f", rs[j].Peer, rs[j].ReqPerSec, rs[j].CPUPerReq, rs[j].P99)
+			if tail {
+				part += fmt.Sprintf(", p99.9 %.2f", rs[j].P999)
 			}
 			parts = append(parts, part)
 		}
-		if len(parts) > 0 {
-			out = append(out, p.Client+" "+strings.Join(parts, "; "))
-		}
+		out = append(out, rs[i].Row+" "+strings.Join(parts, "; "))
+		i = j
 	}
-	// A fasthttp engine behind the net/http API, against the engine alone
-	// (roundtripper.go): what the API costs.
+	out = append(out, apiCostLines(rows)...)
+	return out
+}
+
+// apiCostLines gives a fasthttp engine behind the net/http API against the
+// engine alone (roundtripper.go): what the API costs.
+func apiCostLines(rows []result) []string {
+	var out []string
 	for _, p := range rows {
 		engine, isRT := strings.CutSuffix(p.Client, " "+rtSuffix)
-		if !isRT || !ok(p) {
+		if !isRT || !measured(p) {
 			continue
 		}
 		for _, q := range rows {
-			if q.Client == engine && ok(q) {
+			if q.Client == engine && measured(q) {
 				out = append(out, fmt.Sprintf("%s / %s: req/s %.2f, CPU/req %.2f (+%.1fµs), p99 %.2f", p.Client, q.Client,
 					p.ReqPerSec/q.ReqPerSec, p.CPUPerReq/q.CPUPerReq, p.CPUPerReq-q.CPUPerReq, p.P99Ms/q.P99Ms))
 			}

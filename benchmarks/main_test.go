@@ -12,6 +12,7 @@ import (
 	"net/http/httputil"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -113,11 +114,35 @@ func TestRun(t *testing.T) {
 	}
 	o.jsonFile = filepath.Join(dir, "r.json")
 	o.plotFile = filepath.Join(dir, "r.svg")
+	o.markdownFile = filepath.Join(dir, "r.md")
+	o.readmeFile = filepath.Join(dir, "README.md")
+	readme := "# x\n\nbefore\n" + readmeBegin + "\nold table\n" + readmeEnd + "\nafter\n"
+	if err := os.WriteFile(o.readmeFile, []byte(readme), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	var out strings.Builder
 	if err := run(o, &out); err != nil {
 		t.Fatal(err)
 	}
 	t.Log("\n" + out.String())
+	md, err := os.ReadFile(o.markdownFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"# Benchmarks", "## Machine and run", runtime.Version(), "## Method", "![", "(r.svg)",
+		"## Summary", "## Not ahead yet", "### serial server, C=2 K=2 P=4", "| pipelined ÷ net/http |", regenerate} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("the page has no %q", want)
+		}
+	}
+	rd, err := os.ReadFile(o.readmeFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := string(rd); strings.Contains(s, "old table") || !strings.HasPrefix(s, "# x\n\nbefore\n"+readmeBegin) ||
+		!strings.HasSuffix(s, readmeEnd+"\nafter\n") || !strings.Contains(s, "| pipelined | ") || !strings.Contains(s, "(r.md)") {
+		t.Errorf("README after -readme:\n%s", s)
+	}
 	b, err := os.ReadFile(o.jsonFile)
 	if err != nil {
 		t.Fatal(err)
@@ -200,11 +225,21 @@ func TestSuites(t *testing.T) {
 	}
 	o.jsonFile = filepath.Join(t.TempDir(), "s.json")
 	o.plotFile = filepath.Join(t.TempDir(), "s.svg")
+	o.markdownFile = filepath.Join(t.TempDir(), "s.md")
 	var out strings.Builder
 	if err := run(o, &out); err != nil {
 		t.Fatal(err)
 	}
 	t.Log("\n" + out.String())
+	md, err := os.ReadFile(o.markdownFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range suiteNames {
+		if !strings.Contains(string(md), "## Suite `"+s+"`\n\n"+suiteAbout[s]) {
+			t.Errorf("the page has no section with its sentence for suite %s", s)
+		}
+	}
 	b, err := os.ReadFile(o.jsonFile)
 	if err != nil {
 		t.Fatal(err)

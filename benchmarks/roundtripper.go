@@ -20,9 +20,9 @@ import (
 //
 // Its rows say what the net/http API costs on top of fasthttp's own
 // engine, in the same run: what a drop-in transport pays for the API
-// that the peer it wraps does not (issue 15's targets are
-// ratios to fasthttp.HostClient and fasthttp.PipelineClient, which reuse
-// their request and response objects and allocate nothing).
+// that the peer it wraps does not (the targets that matter are ratios to
+// fasthttp.HostClient and fasthttp.PipelineClient, which reuse their
+// request and response objects and allocate nothing).
 type fastRoundTripper struct {
 	do func(*fasthttp.Request, *fasthttp.Response) error
 }

@@ -28,6 +28,22 @@ import (
 // suiteScenarios and README.md.
 var suiteNames = []string{"default", "concurrency", "bodies", "chunked", "p1", "p5", "post", "upload", "slow", "undici", "hosts", "tls"}
 
+// suiteAbout says in a sentence what each suite shows (the -markdown page).
+var suiteAbout = map[string]string{
+	"default":     "Load spreading, overload and saturation: C=5, 10 ms answers, (K, P) = (10, 10), (1, 10), (10, 50), (10, 500) on both servers with the no-keep-alive rows, then no delay at P=50.",
+	"concurrency": "A service migrated with `OptionsFrom(http.DefaultTransport)` beside net/http's `DefaultTransport`: 24 callers, 300 ms answers from the serial server, GET then POST, where nothing gains from pipelining.",
+	"bodies":      "Response bodies from 128 B to 4 MiB (65537 B and 262145 B are one byte past where a transport may switch from buffering to streaming): MB/s and CPU per MB.",
+	"chunked":     "The bodies suite's sizes from 16 KiB sent with `Transfer-Encoding: chunked`, whose length a client learns only at their end, on both servers.",
+	"p1":          "One caller in a loop, and two: each request's own cost and latency; POSTs one after another; one caller over TLS.",
+	"p5":          "As many callers as connections: nothing to pipeline, the cost per request alone; with fasthttp's engines behind `http.Client` (what the net/http API costs).",
+	"post":        "50 callers sending POSTs of 1 KiB on 5 connections: requests that are never pipelined, queued for a connection.",
+	"upload":      "Request bodies of 16 KiB to 1 MiB (POST, and PUT): how a body reaches the socket.",
+	"slow":        "1% of answers after 200 ms, the rest after 1 ms: p50 to p99.9, and the requests the server received twice (`dup %`); with the opt-in hedge row and the migrated-service rows (no connection limit).",
+	"undici":      "The shape of undici's README benchmark: 64 KiB after 1 ms, 50 connections of depth 10, 100 callers.",
+	"hosts":       "200 hosts on 127.0.0.1, requests spread over them: pools per host, and the connections and goroutines left at the end.",
+	"tls":         "HTTP/1.1 over TLS, and HTTP/2 where the server offers it (the serial server does; the concurrent one speaks HTTP/1.1 only).",
+}
+
 // defaultSuites run when neither a scenario (C/K/P/DELAY) nor a suite is
 // given: about 2.5 minutes on the project's 2-core machine.
 var defaultSuites = []string{"default", "concurrency"}
@@ -62,7 +78,7 @@ func suiteScenarios(name string, o *options) []scenario {
 		}
 		out = append(out, both(scenario{C: 5, K: 10, P: 50, Body: o.body})...)
 	case "concurrency":
-		// Issue 12: a service migrated with OptionsFrom(http.DefaultTransport)
+		// A service migrated with OptionsFrom(http.DefaultTransport)
 		// must not be slower than with net/http when requests cannot be
 		// pipelined (POST) or the server answers one at a time (serial).
 		for _, m := range []string{http.MethodGet, http.MethodPost} {

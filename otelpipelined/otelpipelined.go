@@ -1,7 +1,8 @@
 // Package otelpipelined turns the events of a [pipelined.Transport] into
 // OpenTelemetry metrics: the HTTP client metrics of the semantic
-// conventions (v1.44), by their exact names, and the pipelining metrics no
-// other client has, under the "pipelined." prefix.
+// conventions v1.43.0 (the version it imports,
+// go.opentelemetry.io/otel/semconv/v1.43.0), by their exact names, and the
+// pipelining metrics no other client has, under the "pipelined." prefix.
 //
 // Three lines:
 //
