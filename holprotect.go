@@ -210,7 +210,10 @@ func (p *hostPool) lateHead(c *pconn, a *attempt) {
 	switch {
 	case !ok:
 	case probe:
-		ok = !p.probeCopied && !p.pipeProven
+		// Only a probe whose route answered bounded and quickly before:
+		// one of a route not seen yet, or slow for its own reasons (a
+		// large paged list), would reach the server twice for nothing.
+		ok = !p.probeCopied && !p.pipeProven && a.follow == followKnown
 		p.probeCopied = p.probeCopied || ok
 	default:
 		ok = p.copyBudget >= 1
