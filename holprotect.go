@@ -132,7 +132,7 @@ func (c *pconn) holStop() (wasSlow bool) {
 	wasSlow = g.slow
 	if g.slow {
 		g.slow = false
-		c.ev.setSlow(c, false)
+		c.ev.setSlow(c, false, false)
 	}
 	g.mu.Unlock()
 	return wasSlow
@@ -181,7 +181,7 @@ func (c *pconn) holFire(a *attempt) {
 	// ahead whole did not, until now.
 	if !stream || !a.streamed {
 		g.slow = true
-		c.ev.setSlow(c, true)
+		c.ev.setSlow(c, true, a.holAfter > 0 && !stream)
 	}
 	g.mu.Unlock()
 	if behind > 0 {
@@ -215,10 +215,13 @@ func (p *hostPool) lateHead(c *pconn, a *attempt) {
 		// large paged list), would reach the server twice for nothing.
 		ok = !p.probeCopied && !p.pipeProven && a.follow == followKnown
 		p.probeCopied = p.probeCopied || ok
-	default:
-		ok = p.copyBudget >= 1
 		if ok {
-			p.copyBudget--
+			p.dupBudget-- // not held back by it: the probe tells a server that drops pipelined requests
+		}
+	default:
+		ok = p.dupBudget >= 1
+		if ok {
+			p.dupBudget--
 		}
 	}
 	if ok {
@@ -411,10 +414,15 @@ func (p *hostPool) noteBodyLocked(n int64) {
 // request re-sent from behind a late head spends one. Without budget, the
 // head waits HeadOfLineTimeout.
 //
-// Copies of late heads (TransportOptions.HedgeHeadOfLine) have a budget of
-// their own, earned at the same rate: a late head with several requests
-// behind it spends more than it earns on moving them, and a shared budget
-// left nothing for copies at depths above 2.
+// It is the host's one budget of duplicates (hostPool.dupBudget): copies
+// of late heads (TransportOptions.HedgeHeadOfLine) and of a stalled probe
+// spend it too, so that the duplicates the transport chooses to send cost
+// a host's server at most about 2% more requests, however they came about
+// (with a budget of their own, copies of late heads added theirs to the
+// re-sends'). Requests moved from behind a head at HeadOfLineTimeout are
+// not a choice (a client must be ready to send pipelined requests again,
+// RFC 9112 §9.3.2) and spend nothing: charged, a late head with several
+// requests behind it left nothing for the copies.
 const (
 	serialHOLGaps = 20
 	serialHOLMin  = 10 * time.Millisecond
@@ -426,11 +434,8 @@ const (
 // now (attempt.holAfter): 0 for HeadOfLineTimeout, or an earlier one for
 // a serial host while the budget lasts. It charges nothing: setSlow does.
 func (p *hostPool) holAfterLocked() time.Duration {
-	p.hedgeBudget = min(p.hedgeBudget+hedgeRate, hedgeBurst)
-	if p.t.opts.HedgeHeadOfLine {
-		p.copyBudget = min(p.copyBudget+hedgeRate, hedgeBurst)
-	}
-	if p.hedgeBudget < 1 || p.serialGap <= 0 || p.model.fixed || !p.serialLocked() {
+	p.dupBudget = min(p.dupBudget+hedgeRate, hedgeBurst)
+	if p.dupBudget < 1 || p.serialGap <= 0 || p.model.fixed || !p.serialLocked() {
 		return 0
 	}
 	d := max(serialHOLGaps*p.serialGap, serialHOLMin)

@@ -351,7 +351,7 @@ type connEvents interface {
 	tentative(c *pconn, a *attempt)
 	// setSlow: the head has waited past the head-of-line timeout (or no
 	// longer does).
-	setSlow(c *pconn, on bool)
+	setSlow(c *pconn, on, early bool)
 	// lateHead: a, c's head, is late and safe: a copy of it may be sent
 	// elsewhere (TransportOptions.HedgeHeadOfLine).
 	lateHead(c *pconn, a *attempt)

@@ -95,8 +95,12 @@ type hostPool struct {
 	// declared length, and of chunked ones read whole, in bytes
 	// (holprotect.go, bytesDepth); 0 until one.
 	bodyAvg     float64
-	hedgeBudget float64 // early re-sends allowed (holprotect.go, holAfterLocked)
-	copyBudget  float64 // copies of late heads allowed (holprotect.go, lateHead)
+	// dupBudget is the host's one budget of duplicates: every copy of a
+	// request sent while its original may still run spends one (requests
+	// moved from behind a late head, copies of late heads and of a
+	// stalled probe); early re-sends and copies of late heads wait while
+	// it is below one (holprotect.go, holAfterLocked).
+	dupBudget float64
 	// kaRetired counts the connections retired before the end their
 	// server announced in Keep-Alive (keepalive.go), for Stats.
 	kaRetired int
@@ -693,10 +697,14 @@ func (p *hostPool) tentative(c *pconn, a *attempt) {
 	p.dispatchLocked() // waiters may dial now (canDialLocked)
 }
 
-func (p *hostPool) setSlow(c *pconn, on bool) {
+// setSlow marks c's head slow or not. A head late before
+// HeadOfLineTimeout (early: a serial host's early threshold) spends the
+// duplicate budget for each request behind it, which is re-sent: those
+// re-sends are optional, the ones at HeadOfLineTimeout are not.
+func (p *hostPool) setSlow(c *pconn, on, early bool) {
 	p.mu.Lock()
-	if on && !c.s.slow && c.s.inflight > 1 {
-		p.hedgeBudget -= float64(c.s.inflight - 1) // those behind are re-sent
+	if on && early && !c.s.slow && c.s.inflight > 1 {
+		p.dupBudget -= float64(c.s.inflight - 1) // those behind are re-sent
 	}
 	c.s.slow = on
 	p.dispatchLocked()
@@ -1324,7 +1332,7 @@ func (p *hostPool) modelStatsLocked(depth int) HostModel {
 		s.FallbackUntil = p.fallbackUntil
 	}
 	if !m.fixed {
-		s.DuplicateBudget = p.hedgeBudget
+		s.DuplicateBudget = p.dupBudget
 	}
 	switch {
 	case p.key.forwardProxy():
