@@ -94,7 +94,7 @@ type hostPool struct {
 	// bodyAvg is a moving average of the host's response bodies of
 	// declared length, and of chunked ones read whole, in bytes
 	// (holprotect.go, bytesDepth); 0 until one.
-	bodyAvg     float64
+	bodyAvg float64
 	// dupBudget is the host's one budget of duplicates: every copy of a
 	// request sent while its original may still run spends one (requests
 	// moved from behind a late head, copies of late heads and of a
