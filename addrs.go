@@ -81,8 +81,8 @@ const fallbackDelay = 300 * time.Millisecond
 // least), or whose connection failed before its first answer, is set aside
 // for ejectBase, doubled at each ejection in a row up to ejectMax, as
 // gRPC's connection backoff (1 s, at most 120 s) and Envoy's outlier
-// ejection (an interval growing with the ejections) do. A successful dial
-// to it ends the row. Meanwhile the other addresses take the new
+// ejection (an interval growing with the ejections) do. A connection to
+// it that answers ends the row. Meanwhile the other addresses take the new
 // connections; an ejected address is still dialed, last, if none of them
 // connects.
 const (
@@ -182,12 +182,14 @@ func (s *addrSet) failed(ip netip.Addr) {
 	}
 }
 
-// connected ends ip's row of ejections: a dial to it succeeded.
-func (s *addrSet) connected(ip netip.Addr) {
+// served ends ip's row of ejections: a connection to it answered. (A
+// dial that succeeds does not: a backend that accepts connections and
+// closes them unanswered is set aside as long as one that refuses them.)
+func (s *addrSet) served(ip netip.Addr) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if i := s.indexLocked(ip); i >= 0 {
-		s.addrs[i].ejections, s.addrs[i].until = 0, time.Time{}
+		s.addrs[i].ejections = 0
 	}
 }
 
@@ -400,7 +402,6 @@ func (t *Transport) race(ctx context.Context, s *addrSet, d *dialHandle) (net.Co
 						s.failed(tried[j]) // outrun
 					}
 				}
-				s.connected(tried[r.i])
 				d.dialed(tried[r.i])
 				return r.conn, nil
 			}
@@ -456,13 +457,19 @@ func (p *hostPool) drain(gone []netip.Addr) {
 	}
 }
 
-// addrEndLocked ejects c's address if c failed before its first answer:
-// the address accepts connections and serves nothing. p.mu is held.
+// addrEndLocked tells c's address how c ended: answered (its row of
+// ejections ends), or failed before its first answer (it is ejected: the
+// address accepts connections and serves nothing). p.mu is held.
 func (p *hostPool) addrEndLocked(c *pconn, err error, unanswered, answered int) {
-	if answered > 0 || unanswered == 0 || !c.addr.IsValid() || closeReason(err, c.s.retireReason) != CloseError {
+	if !c.addr.IsValid() {
 		return
 	}
-	if s := p.addrSetLocked(); s != nil {
+	s := p.addrSetLocked()
+	switch {
+	case s == nil:
+	case answered > 0:
+		s.served(c.addr)
+	case unanswered > 0 && closeReason(err, c.s.retireReason) == CloseError:
 		s.failed(c.addr)
 	}
 }

@@ -3,6 +3,7 @@ package pipelined
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -10,8 +11,10 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/netip"
+	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -353,7 +356,7 @@ func TestAddrsBackendKilled(t *testing.T) {
 	// Ejected (its ejection may have run out since: 1 s).
 	s := tr.addrs.get("backends.test:" + strconv.Itoa(b.port))
 	s.mu.Lock()
-	if s.addrs[1].ejections == 0 {
+	if s.addrs[1].until.IsZero() {
 		t.Errorf("127.0.0.2 (killed) was never ejected")
 	}
 	s.mu.Unlock()
@@ -448,11 +451,13 @@ func TestAddrsFamilies(t *testing.T) {
 
 // memHosts dials in-memory connections by address ("ip:port", as
 // DialContext gets them with DialResolved), each served by memEach(answer)
-// unless the address is black-holed: a dial to it waits until cancelled.
+// unless the address is black-holed (a dial to it waits until cancelled)
+// or broken (its connections read a request and close unanswered).
 type memHosts struct {
 	mu        sync.Mutex
 	dials     map[string]int // by ip
 	blackHole map[string]bool
+	broken    map[string]bool
 }
 
 func (h *memHosts) dial(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -462,7 +467,7 @@ func (h *memHosts) dial(ctx context.Context, network, addr string) (net.Conn, er
 		h.dials = map[string]int{}
 	}
 	h.dials[ip]++
-	hole := h.blackHole[ip]
+	hole, broken := h.blackHole[ip], h.broken[ip]
 	h.mu.Unlock()
 	if hole {
 		<-ctx.Done()
@@ -471,6 +476,10 @@ func (h *memHosts) dial(ctx context.Context, network, addr string) (net.Conn, er
 	client, server := memPipe()
 	go func() {
 		defer server.Close()
+		if broken {
+			http.ReadRequest(bufio.NewReader(server))
+			return
+		}
 		memEach(func(c net.Conn, req *http.Request) { answer(c, req) })(0, server, bufio.NewReader(server))
 	}()
 	return client, nil
@@ -525,6 +534,31 @@ func TestTimerBlackHole(t *testing.T) {
 			t.Errorf("10.0.0.2 not ejected")
 		}
 		s.mu.Unlock()
+	})
+}
+
+// TestTimerBrokenAddr: an address whose connections close before their
+// first answer is set aside as one whose dials fail: a GET on a new
+// connection that fails so is not sent again (as with net/http: the
+// connection was not reused), so each costs a request, once per ejection
+// rather than every other request.
+func TestTimerBrokenAddr(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hosts := &memHosts{broken: map[string]bool{"10.0.0.2": true}}
+		res := newFakeResolver("mem.test", "10.0.0.1", "10.0.0.2")
+		tr := NewTransport(TransportOptions{Resolver: res, DialContext: hosts.dial, DialResolved: true, DisableKeepAlives: true})
+		defer tr.Close()
+		failed := 0
+		for i := range 60 { // a request every 100 ms for 6 s
+			if got := <-memGet(tr, "/"+strconv.Itoa(i)); got != "/"+strconv.Itoa(i) {
+				failed++
+			}
+			time.Sleep(100 * time.Millisecond)
+			synctest.Wait() // the broken connection's end is reported
+		}
+		if n := hosts.dialsTo("10.0.0.2"); failed < 1 || failed > 3 || failed != n {
+			t.Errorf("%d requests failed, %d connections to the broken address; want the same, 1 to 3", failed, n)
+		}
 	})
 }
 
@@ -601,4 +635,73 @@ func TestTimerResolverCache(t *testing.T) {
 			t.Errorf("with no pool: %d lookups more", got-n)
 		}
 	})
+}
+
+// TestDialResolved: a custom DialContext gets the host's name, as with
+// net/http, unless DialResolved is set: then an address of the host's
+// answer, while TLS verifies the name and the Host header is the name.
+// Proxies and IP addresses are dialed as they are, and
+// DisableAddrSpreading dials names.
+func TestDialResolved(t *testing.T) {
+	cert, roots := memTLS(t)
+	tests := []struct {
+		name        string
+		url         string
+		resolved    bool // DialResolved
+		noSpreading bool // DisableAddrSpreading
+		proxy       string
+		wantDial    string
+		wantLookups int32
+	}{
+		{"custom dialer", "https://example.com/", false, false, "", "example.com:443", 0},
+		{"custom dialer, DialResolved", "https://example.com/", true, false, "", "10.0.0.7:443", 1},
+		{"DialResolved, DisableAddrSpreading", "https://example.com/", true, true, "", "example.com:443", 0},
+		{"DialResolved, an IP address", "http://10.1.1.1/", true, false, "", "10.1.1.1:80", 0},
+		{"DialResolved, through a proxy", "http://example.com/", true, false, "http://proxy.test:3128", "proxy.test:3128", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			verifyNoLeaks(t)
+			srv := &memServer{
+				tls: &tls.Config{Certificates: []tls.Certificate{cert}},
+				handle: memEach(func(c net.Conn, req *http.Request) {
+					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.Host), req.Host)
+				}),
+			}
+			if !strings.HasPrefix(tt.url, "https") {
+				srv.tls = nil
+			}
+			var mu sync.Mutex
+			var dialed []string
+			dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+				mu.Lock()
+				dialed = append(dialed, addr)
+				mu.Unlock()
+				return srv.dial(ctx, network, addr)
+			}
+			res := newFakeResolver("example.com", "10.0.0.7")
+			opts := TransportOptions{Resolver: res, DialContext: dial, DialResolved: tt.resolved,
+				DisableAddrSpreading: tt.noSpreading, TLSClientConfig: roots}
+			if tt.proxy != "" {
+				u, _ := url.Parse(tt.proxy)
+				opts.Proxy = http.ProxyURL(u)
+			}
+			tr := newTestTransport(t, opts)
+			host, err := getBody(context.Background(), tr, tt.url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(tt.url, "https://"), "http://"), "/"); host != want {
+				t.Errorf("Host %q, want %q", host, want)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !slices.Equal(dialed, []string{tt.wantDial}) {
+				t.Errorf("DialContext got %q, want %q", dialed, tt.wantDial)
+			}
+			if got := res.lookups.Load(); got != tt.wantLookups {
+				t.Errorf("%d lookups, want %d", got, tt.wantLookups)
+			}
+		})
+	}
 }
