@@ -334,7 +334,8 @@ func (t *Transport) dialHost(ctx context.Context, hostport string) (net.Conn, er
 	hopOf(ctx).begin() // the lookup is on the way to the host, as in net.Dialer's dial
 	s, err := t.addrs.resolve(ctx, hostport)
 	if err != nil {
-		return nil, err
+		// As net.Dialer reports a failed lookup (a *net.DNSError within).
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: err}
 	}
 	return t.race(ctx, s, dialOf(ctx))
 }

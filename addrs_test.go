@@ -705,3 +705,27 @@ func TestDialResolved(t *testing.T) {
 		})
 	}
 }
+
+// TestAddrsLookupFails: a name the resolver does not know fails the
+// request as net.Dialer's failed lookup does (a *net.DNSError in a
+// *net.OpError), dialing nothing; the failure is not kept, so the next
+// dial looks the name up again.
+func TestAddrsLookupFails(t *testing.T) {
+	verifyNoLeaks(t)
+	hosts := &memHosts{}
+	res := newFakeResolver("other.test", "10.0.0.1")
+	tr := newTestTransport(t, TransportOptions{Resolver: res, DialContext: hosts.dial, DialResolved: true})
+	_, err := getBody(context.Background(), tr, "http://mem.test/")
+	var dnsErr *net.DNSError
+	var opErr *net.OpError
+	if !errors.As(err, &opErr) || !errors.As(err, &dnsErr) || !dnsErr.IsNotFound {
+		t.Fatalf("error %v (%T), want a *net.DNSError, not found, in a *net.OpError", err, err)
+	}
+	if n := hosts.dialsTo("10.0.0.1"); n != 0 {
+		t.Errorf("%d dials", n)
+	}
+	res.set("mem.test", "10.0.0.1")
+	if got, err := getBody(context.Background(), tr, "http://mem.test/x"); err != nil || got != "/x" {
+		t.Errorf("once the name is known: %q, %v", got, err)
+	}
+}
