@@ -702,6 +702,11 @@ func TestDialResolved(t *testing.T) {
 			if got := res.lookups.Load(); got != tt.wantLookups {
 				t.Errorf("%d lookups, want %d", got, tt.wantLookups)
 			}
+			for host, hs := range tr.Stats() {
+				if want := tt.wantLookups; len(hs.Addrs) != int(want) {
+					t.Errorf("Stats()[%q].Addrs = %+v, want %d addresses", host, hs.Addrs, want)
+				}
+			}
 		})
 	}
 }
