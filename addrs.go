@@ -314,7 +314,7 @@ func dialOf(ctx context.Context) *dialHandle {
 	return d
 }
 
-// dialed records that d's connection is to ip (its plan's first address
+// dialed records that d's connection is to ip (the first address it tried
 // may have lost the race).
 func (d *dialHandle) dialed(ip netip.Addr) {
 	if d != nil {

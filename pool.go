@@ -172,8 +172,11 @@ type dialHandle struct {
 	abandoned bool     // cancelled by CloseIdleConnections
 	start     monoTime // when the dial started (dialSoonLocked)
 	hop       firstHop // the dial's first hop (farDialLocked)
-	pool      *hostPool
-	addr      netip.Addr // the address dialed, once chosen (addrs.go, addrSet.plan)
+	// pool and addr: the dial's pool, whose connections and dials the
+	// choice of an address counts, and the address dialed once chosen
+	// (addrs.go, addrSet.next).
+	pool *hostPool
+	addr netip.Addr
 }
 
 // firstHop is the time of a dial's way to its target, before TLS with it:
