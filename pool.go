@@ -184,7 +184,7 @@ type dialHandle struct {
 // proxy and the proxy's to the target (SOCKS, CONNECT; through a forward
 // proxy, to the proxy only). Each takes a round trip to the target at
 // least. It is stamped by the dialing goroutine (Transport.dial, through
-// the context key firstHopKey) and read by the pool. A dial through
+// the context key dialKey) and read by the pool. A dial through
 // DialTLSContext has none.
 type firstHop struct {
 	start atomic.Int64 // monoTime when DialContext was first called; 0 before
