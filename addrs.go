@@ -58,8 +58,8 @@ func (s AddrState) String() string {
 
 // AddrStats is one address of a host, in [HostStats].Addrs.
 type AddrStats struct {
-	Addr  netip.Addr
-	State AddrState
+	Addr  netip.Addr // an address of the host's answer, or one its connections drain
+	State AddrState  // active, ejected or draining
 	// EjectedUntil is when an ejected address is tried again; zero
 	// otherwise.
 	EjectedUntil time.Time

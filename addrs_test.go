@@ -279,6 +279,17 @@ func TestPlanAddrs(t *testing.T) {
 	}
 }
 
+func TestAddrStateString(t *testing.T) {
+	for _, tt := range []struct {
+		s    AddrState
+		want string
+	}{{AddrActive, "active"}, {AddrEjected, "ejected"}, {AddrDraining, "draining"}, {AddrState(0), "unknown"}} {
+		if got := tt.s.String(); got != tt.want {
+			t.Errorf("AddrState(%d).String() = %q, want %q", tt.s, got, tt.want)
+		}
+	}
+}
+
 func TestEjectFor(t *testing.T) {
 	tests := []struct {
 		n    int
