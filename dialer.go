@@ -242,7 +242,7 @@ func (t *Transport) dial(ctx context.Context, key poolKey) (net.Conn, *tls.Conne
 		if key.scheme == "https" && t.opts.DialTLSContext != nil {
 			return t.dialTLSHook(ctx, key.addr, t.offersH2(key))
 		}
-		conn, err := t.dialTCP(ctx, key.addr)
+		conn, err := t.dialHost(ctx, key.addr) // over the host's addresses (addrs.go)
 		hop.end()
 		if err != nil {
 			return nil, nil, err

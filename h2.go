@@ -385,7 +385,7 @@ func (h *h2Host) stateChanged(c *h2Conn) {
 // library's client connection.
 func (h *h2Host) observeConn(c *h2Conn, opened bool, err error) {
 	if o := h.t.opts.Observer; o != nil && o.ConnOpened != nil {
-		o.ConnOpened(ConnEvent{Time: c.opened, ID: c.id, Host: h.key.String(), Addr: h.key.addr, Protocol: protoHTTP2, Opened: c.opened})
+		o.ConnOpened(ConnEvent{Time: c.opened, ID: c.id, Host: h.key.String(), Addr: h.key.addr, Protocol: protoHTTP2, RemoteAddr: c.conn.RemoteAddr(), Opened: c.opened})
 	}
 }
 
@@ -398,7 +398,7 @@ func (h *h2Host) observeClosed(c *h2Conn, why CloseReason, err error) {
 	if o == nil || o.ConnClosed == nil {
 		return
 	}
-	ev := ConnEvent{Time: time.Now(), ID: c.id, Host: h.key.String(), Addr: h.key.addr, Protocol: protoHTTP2, Opened: c.opened, Reason: why}
+	ev := ConnEvent{Time: time.Now(), ID: c.id, Host: h.key.String(), Addr: h.key.addr, Protocol: protoHTTP2, RemoteAddr: c.conn.RemoteAddr(), Opened: c.opened, Reason: why}
 	if why == 0 {
 		ev.Reason = CloseServer
 	}

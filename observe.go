@@ -104,7 +104,7 @@ func requestEvent(a *attempt, now time.Time) RequestEvent {
 
 // connEvent describes c at time now.
 func (p *hostPool) connEvent(c *pconn, now time.Time, active bool) ConnEvent {
-	return ConnEvent{Time: now, ID: c.id, Host: p.name, Addr: p.key.addr, Protocol: protoHTTP11, Opened: c.s.opened, Active: active}
+	return ConnEvent{Time: now, ID: c.id, Host: p.name, Addr: p.key.addr, Protocol: protoHTTP11, RemoteAddr: c.conn.RemoteAddr(), Opened: c.s.opened, Active: active}
 }
 
 // observeAssigned reports that a was given its connection, in the

@@ -1,6 +1,7 @@
 package pipelined
 
 import (
+	"net"
 	"net/http"
 	"time"
 )
@@ -254,6 +255,13 @@ type ConnEvent struct {
 	// Protocol is "HTTP/1.1" or "HTTP/2.0".
 	Protocol string
 
+	// RemoteAddr is the address the connection was dialed to, as the
+	// connection reports it (net.Conn.RemoteAddr): the IP address and
+	// port of the target, or of the proxy for a proxied connection; for a
+	// host whose connections are spread over its addresses
+	// (TransportOptions.Resolver), the one it went to.
+	RemoteAddr net.Addr
+
 	// Opened is when the connection joined its pool (ConnOpened's Time):
 	// in ConnClosed, Time - Opened is the connection's lifetime.
 	Opened time.Time
@@ -320,12 +328,17 @@ const (
 	// CloseIdleLimit: an idle connection beyond MaxIdleConnsPerHost or
 	// MaxIdleConns.
 	CloseIdleLimit
+
+	// CloseDrained: the connection's address left its host's answer
+	// (TransportOptions.Resolver): it took no new request and closed once
+	// its requests were answered.
+	CloseDrained
 )
 
 // String returns the reason in snake case, for metric attributes and logs:
 // "idle_timeout", "server_close", "keep_alive_end", "budget", "error",
 // "request", "canceled", "upgraded", "transport_closed",
-// "close_idle_connections" or "idle_limit".
+// "close_idle_connections", "idle_limit" or "drained".
 func (r CloseReason) String() string {
 	switch r {
 	case CloseIdleTimeout:
@@ -350,6 +363,8 @@ func (r CloseReason) String() string {
 		return "close_idle_connections"
 	case CloseIdleLimit:
 		return "idle_limit"
+	case CloseDrained:
+		return "drained"
 	}
 	return "unknown"
 }

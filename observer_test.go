@@ -41,6 +41,7 @@ func TestCloseReasonString(t *testing.T) {
 		{CloseTransportClosed, "transport_closed"},
 		{CloseIdleConnections, "close_idle_connections"},
 		{CloseIdleLimit, "idle_limit"},
+		{CloseDrained, "drained"},
 		{CloseReason(0), "unknown"},
 	} {
 		if got := tc.r.String(); got != tc.want {
@@ -158,6 +159,7 @@ func TestCloseReason(t *testing.T) {
 		{errTooManyIdle, CloseIdleLimit, CloseIdleLimit},
 		{errConnClosing, CloseBudget, CloseBudget},
 		{errConnClosing, CloseRequest, CloseRequest},
+		{errConnClosing, CloseDrained, CloseDrained},
 		{errConnClosing, 0, CloseServer},
 		{io.EOF, 0, CloseError},
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -40,6 +41,7 @@ type pconn struct {
 	t    *Transport
 	id   uint64 // unique in the Transport, for the Observer
 	conn net.Conn
+	addr netip.Addr // the address dialed, if the host has an address set (addrs.go); set before the pool has it
 	tls  *tls.ConnectionState
 	br   *bufio.Reader
 	nr   netReader // what br reads from

@@ -3,6 +3,7 @@ package pipelined
 import (
 	"context"
 	"net/http/httptrace"
+	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -175,6 +176,11 @@ type dialHandle struct {
 	abandoned bool     // cancelled by CloseIdleConnections
 	start     monoTime // when the dial started (dialSoonLocked)
 	hop       firstHop // the dial's first hop (farDialLocked)
+	// pool and addr: the dial's pool, whose connections and dials the
+	// choice of an address counts, and the address dialed once chosen
+	// (addrs.go, addrSet.next).
+	pool *hostPool
+	addr netip.Addr
 }
 
 // firstHop is the time of a dial's way to its target, before TLS with it:
@@ -182,20 +188,22 @@ type dialHandle struct {
 // proxy and the proxy's to the target (SOCKS, CONNECT; through a forward
 // proxy, to the proxy only). Each takes a round trip to the target at
 // least. It is stamped by the dialing goroutine (Transport.dial, through
-// the context key firstHopKey) and read by the pool. A dial through
+// the context key dialKey) and read by the pool. A dial through
 // DialTLSContext has none.
 type firstHop struct {
 	start atomic.Int64 // monoTime when DialContext was first called; 0 before
 	done  atomic.Bool  // the way is made, or failed
 }
 
-// firstHopKey is the context key of a pool dial's *firstHop.
-type firstHopKey struct{}
+// dialKey is the context key of a pool dial's *dialHandle.
+type dialKey struct{}
 
 // hopOf returns the *firstHop of ctx, nil for a dial not the pool's.
 func hopOf(ctx context.Context) *firstHop {
-	h, _ := ctx.Value(firstHopKey{}).(*firstHop)
-	return h
+	if d := dialOf(ctx); d != nil {
+		return &d.hop
+	}
+	return nil
 }
 
 // begin and end stamp the first hop's start and end; begin keeps the
@@ -249,8 +257,8 @@ func (p *hostPool) startDialLocked(reqCtx context.Context) {
 	p.dialing++
 	t := p.t
 	ctx, cancel := context.WithCancel(context.WithoutCancel(reqCtx))
-	d := &dialHandle{cancel: cancel, start: monoNow()}
-	ctx = context.WithValue(ctx, firstHopKey{}, &d.hop)
+	d := &dialHandle{cancel: cancel, start: monoNow(), pool: p}
+	ctx = context.WithValue(ctx, dialKey{}, d)
 	if p.dials == nil {
 		p.dials = make(map[*dialHandle]struct{})
 	}
@@ -274,6 +282,7 @@ func (p *hostPool) startDialLocked(reqCtx context.Context) {
 		var c *pconn
 		if err == nil {
 			c = newPconn(t, p, conn, state)
+			c.addr = d.addr
 		}
 		p.mu.Lock()
 		p.dialing--
@@ -750,6 +759,7 @@ func (p *hostPool) ended(c *pconn, err error, unanswered, answered int, headIdle
 	}
 	p.mu.Lock()
 	p.ending--
+	p.addrEndLocked(c, err, unanswered, answered)
 	var spent []*pconn
 	if quietClosed(err, unanswered, answered, headIdle, time.Since(c.s.idleSince)) && !c.s.lastNoBody {
 		// A server (or a proxy) that closes each connection after a
@@ -904,6 +914,7 @@ func (p *hostPool) stats() HostStats {
 			s.Idle++
 		}
 	}
+	s.Addrs = p.addrStatsLocked()
 	return s
 }
 

@@ -221,6 +221,44 @@ type TransportOptions struct {
 	// with a zero net.Dialer.
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 
+	// Resolver looks up the addresses of the hosts the Transport dials
+	// itself (no proxy; no DialContext, or DialResolved set), whose
+	// connections it spreads over those addresses: each new connection of
+	// a host goes to the address with the fewest of the host's
+	// connections (ties in turn), so that a name with several addresses
+	// (DNS round robin, a headless Kubernetes service, a cloud load
+	// balancer, "localhost") shares its load among them; net/http dials
+	// the addresses in order, so every connection lands on the first that
+	// answers. A dial that fails goes on to the next address at once, and
+	// one still connecting after 300 ms is joined by the next, alternating
+	// families (RFC 8305, Happy Eyeballs v2); an address whose dials or
+	// new connections fail is set aside for a growing interval (1 s,
+	// doubled up to 2 minutes); an address gone from the answer takes no
+	// new request and its connections close once answered. Answers are
+	// kept per host and looked up again every 30 s while the host has a
+	// pool (Go's resolver does not expose TTLs); a request never waits for
+	// a lookup once its host's answer is known, and the dials of one
+	// moment share one. Nil means net.DefaultResolver. Stats lists each
+	// address (HostStats.Addrs). See docs/connecting.md.
+	Resolver Resolver
+
+	// DisableAddrSpreading, if true, dials a host by its name, as
+	// net/http does (DialContext, or its default net.Dialer, resolves it
+	// and tries its addresses in order), and Resolver is not used. The
+	// default spreads: pipelining puts a host's load on a few connections,
+	// which net/http's order would put on one backend of a fleet.
+	DisableAddrSpreading bool
+
+	// DialResolved, if true, spreads the connections of a custom
+	// DialContext over the host's addresses as the Transport's own dials
+	// are (see Resolver): DialContext is called with "ip:port", an
+	// address of the host's answer, instead of "host:port". TLS's
+	// ServerName and the Host header stay the host's name. The default
+	// (false) calls DialContext with the name, as net/http does: a custom
+	// dialer may resolve names its own way (a service mesh, a test
+	// harness), which the Transport must not bypass unless asked to.
+	DialResolved bool
+
 	// DialTLSContext, if non-nil, dials TLS connections for https targets
 	// that are not proxied (and to https proxies), replacing DialContext and
 	// the TLS handshake: TLSClientConfig and TLSHandshakeTimeout are then
@@ -381,6 +419,12 @@ type Transport struct {
 
 	h2 h2Config // HTTP/2 settings, fixed by init (h2.go)
 
+	// addrs holds the address sets of the hosts the Transport dials
+	// itself (resolve.go, addrs.go); nil if it spreads no host's
+	// connections (DisableAddrSpreading, or a DialContext without
+	// DialResolved).
+	addrs *addrBook
+
 	// restWatch is how long a connection rests before its reader watches
 	// it again (direct.go); 0: the constant restWatch. Tests lengthen it,
 	// before the first request, to hold a connection at rest.
@@ -440,6 +484,9 @@ func (t *Transport) init() {
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	t.h2.init(&t.opts)
+	if !opts.DisableAddrSpreading && (opts.DialContext == nil || opts.DialResolved) {
+		t.addrs = newAddrBook(t, opts.Resolver)
+	}
 }
 
 // RoundTrip implements [http.RoundTripper]. It never modifies req and always
@@ -532,6 +579,7 @@ func (t *Transport) Close() error {
 	t.closed = true
 	t.mu.Unlock()
 	t.cancel()
+	t.addrs.close()
 	for _, p := range t.poolList() {
 		p.close()
 		if h := p.h2.Load(); h != nil {
@@ -588,6 +636,14 @@ type HostStats struct {
 	// Model is what the transport has learned about the host over
 	// HTTP/1.1, and what it decides from it (docs/model.md).
 	Model HostModel
+
+	// Addrs lists the addresses of a host the Transport spreads over
+	// (TransportOptions.Resolver): those of its latest answer, in the
+	// answer's order, then those its connections drain. Nil for a host
+	// named by its IP address, reached through a proxy, or dialed by
+	// name (DisableAddrSpreading, DialContext without DialResolved).
+	// HTTP/2 connections are not counted in it.
+	Addrs []AddrStats
 }
 
 // HostModel is what a [Transport] has learned about one host and what it

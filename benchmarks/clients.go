@@ -10,6 +10,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -84,6 +86,79 @@ type clientConfig struct {
 	// "cell=Cell&id=N" (N unique within the cell), for the server's count
 	// of requests that arrived twice.
 	Cell string
+	// Resolver, if set, resolves the name of Addrs (backendsName) to the
+	// addresses of the backends; StatsAddr is then where the tracking
+	// server's counts are asked for.
+	Resolver  *backendResolver
+	StatsAddr string
+}
+
+// backendsName is the one name of a Backends scenario's servers.
+const backendsName = "backends.test"
+
+// backendResolver resolves backendsName to the backends' addresses, in
+// their order, for every client of a Backends scenario: as a
+// pipelined.Resolver (LookupNetIP), a fasthttp.Resolver (LookupIPAddr),
+// and through DialInOrder for net/http.
+type backendResolver struct {
+	addrs []netip.Addr
+}
+
+// newBackendResolver resolves backendsName to the addresses of hostports.
+func newBackendResolver(hostports []string) *backendResolver {
+	r := &backendResolver{}
+	for _, hp := range hostports {
+		host, _, _ := net.SplitHostPort(hp)
+		r.addrs = append(r.addrs, netip.MustParseAddr(host))
+	}
+	return r
+}
+
+func (r *backendResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if host != backendsName {
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	}
+	return slices.Clone(r.addrs), nil
+}
+
+func (r *backendResolver) LookupIPAddr(ctx context.Context, host string) ([]net.IPAddr, error) {
+	ips, err := r.LookupNetIP(ctx, "ip", host)
+	var out []net.IPAddr
+	for _, ip := range ips {
+		out = append(out, net.IPAddr{IP: ip.AsSlice()})
+	}
+	return out, err
+}
+
+// DialInOrder returns a DialContext that resolves a name with r and dials
+// its addresses with dial, in order, until one connects: what net/http's
+// net.Dialer does with an answer of one family.
+func (r *backendResolver) DialInOrder(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		ips, err := r.LookupNetIP(ctx, "ip", host)
+		if err != nil {
+			return nil, err
+		}
+		var first error
+		for _, ip := range ips {
+			c, err := dial(ctx, network, net.JoinHostPort(ip.String(), port))
+			if err == nil {
+				return c, nil
+			}
+			first = cmp.Or(first, err)
+		}
+		return nil, first
+	}
+}
+
+// portOf returns the port of hostport.
+func portOf(hostport string) string {
+	_, port, _ := net.SplitHostPort(hostport)
+	return port
 }
 
 // targets hands out the URL of each request: Addrs in turn, with an id
@@ -153,6 +228,9 @@ func newClient(name string, cfg clientConfig) (benchClient, error) {
 				ForceAttemptHTTP2:   name == clientNetHTTPH2,
 			}
 		}
+		if cfg.Resolver != nil {
+			tr.DialContext = cfg.Resolver.DialInOrder(tr.DialContext)
+		}
 		if cfg.TLS != nil {
 			tr.TLSClientConfig = cfg.TLS.Clone()
 		}
@@ -194,6 +272,25 @@ func newClient(name string, cfg clientConfig) (benchClient, error) {
 				TLSConfig:          cfg.TLS,
 			}
 			fc.do, fc.close = c.Do, c.CloseIdleConnections
+		case name == clientFastHost && cfg.Resolver != nil:
+			// One name: fasthttp's dialer resolves it (cached for a
+			// minute) and starts each dial at the next address.
+			d := &fasthttp.TCPDialer{Resolver: cfg.Resolver}
+			hc := &fasthttp.HostClient{
+				Addr:               cfg.Addrs[0],
+				MaxConns:           cfg.C,
+				MaxConnWaitTimeout: cfg.Timeout,
+				ReadTimeout:        cfg.Timeout,
+				WriteTimeout:       cfg.Timeout,
+				Dial: func(addr string) (net.Conn, error) {
+					c, err := d.Dial(addr)
+					if err != nil {
+						return nil, err
+					}
+					return cfg.Dialer.counted(c), nil
+				},
+			}
+			fc.do, fc.close = hc.Do, hc.CloseIdleConnections
 		case name == clientFastHost:
 			hc := &fasthttp.HostClient{
 				Addr:               cfg.Addrs[0],
@@ -332,6 +429,11 @@ func (dc *dialCounter) DialContext(ctx context.Context, network, addr string) (n
 	if err != nil {
 		return nil, err
 	}
+	return dc.counted(c), nil
+}
+
+// counted counts c, dialed, and wraps it to count its close.
+func (dc *dialCounter) counted(c net.Conn) net.Conn {
 	dc.dials.Add(1)
 	n := dc.open.Add(1)
 	for {
@@ -340,7 +442,7 @@ func (dc *dialCounter) DialContext(ctx context.Context, network, addr string) (n
 			break
 		}
 	}
-	return &countedConn{Conn: c, dc: dc}, nil
+	return &countedConn{Conn: c, dc: dc}
 }
 
 // DialPlain dials and counts a connection without wrapping it, for a

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -53,8 +54,11 @@ type scenario struct {
 	SlowFrac float64       `json:"slow_fraction,omitempty"`      // this fraction of responses waits Slow instead of Delay
 	Slow     time.Duration `json:"slow_ns,omitempty"`
 	Hosts    int           `json:"hosts,omitempty"` // listeners, requests spread over them in turn
-	TLS      bool          `json:"tls,omitempty"`
-	Chunked  bool          `json:"chunked,omitempty"` // bodies sent chunked
+	// Backends: listeners on one port at 127.0.0.1, .2 ..., one host's
+	// addresses behind the name backendsName (see backendResolver).
+	Backends int  `json:"backends,omitempty"`
+	TLS      bool `json:"tls,omitempty"`
+	Chunked  bool `json:"chunked,omitempty"` // bodies sent chunked
 	// Track counts on the server the requests that arrive twice.
 	Track bool `json:"track,omitempty"`
 	// Defaults: the clients are built from http.DefaultTransport's
@@ -84,6 +88,9 @@ func (s scenario) String() string {
 	}
 	if s.Hosts > 1 {
 		fmt.Fprintf(&b, " hosts=%d", s.Hosts)
+	}
+	if s.Backends > 1 {
+		fmt.Fprintf(&b, " backends=%d (one name)", s.Backends)
 	}
 	fmt.Fprintf(&b, " delay=%v", s.Delay)
 	if s.SlowFrac > 0 {
@@ -132,7 +139,7 @@ func (s scenario) ideal() float64 {
 // serverConfig is the configuration of the scenario's server child; cert
 // and key are the TLS files (for TLS scenarios).
 func (s scenario) serverConfig(cert, key string) serverConfig {
-	cfg := serverConfig{Mode: s.Server, Delay: s.Delay, Body: s.Body, SlowFrac: s.SlowFrac, Slow: s.Slow, Hosts: s.Hosts, Track: s.Track, Chunked: s.Chunked}
+	cfg := serverConfig{Mode: s.Server, Delay: s.Delay, Body: s.Body, SlowFrac: s.SlowFrac, Slow: s.Slow, Hosts: s.Hosts, Backends: s.Backends, Track: s.Track, Chunked: s.Chunked}
 	if s.TLS {
 		cfg.TLSCert, cfg.TLSKey = cert, key
 	}
@@ -173,6 +180,9 @@ type result struct {
 	ServerRequests int     `json:"server_requests,omitempty"`
 	ServerDistinct int     `json:"server_distinct,omitempty"`
 	DupRate        float64 `json:"duplicate_rate,omitempty"`
+	// BackendRequests: the requests each backend received (Backends
+	// scenarios), over the whole cell.
+	BackendRequests []int `json:"backend_requests,omitempty"`
 	// At the end of the measured window: connections open and goroutines
 	// beyond those the cell started with (callers excluded).
 	OpenAtEnd       int64   `json:"open_at_end"`
@@ -217,6 +227,12 @@ func (r *result) merge(b result) {
 	r.Bytes += b.Bytes
 	r.ServerRequests += b.ServerRequests
 	r.ServerDistinct += b.ServerDistinct
+	for i, n := range b.BackendRequests {
+		if i == len(r.BackendRequests) {
+			r.BackendRequests = append(r.BackendRequests, 0)
+		}
+		r.BackendRequests[i] += n
+	}
 	r.OpenAtEnd = max(r.OpenAtEnd, b.OpenAtEnd)
 	r.GoroutinesAtEnd = max(r.GoroutinesAtEnd, b.GoroutinesAtEnd)
 	r.lat = append(r.lat, b.lat...)
@@ -693,6 +709,13 @@ func run(o *options, out io.Writer) error {
 				servers[cfg] = srv
 			}
 			base.Addrs = srv.Addrs
+			if sc.Backends > 1 {
+				// One name for the backends: the clients resolve it
+				// (backendResolver) and request it.
+				base.Resolver = newBackendResolver(srv.Addrs)
+				base.Addrs = []string{net.JoinHostPort(backendsName, portOf(srv.Addrs[0]))}
+				base.StatsAddr = srv.Addrs[0]
+			}
 			if sc.TLS {
 				base.TLS = &tls.Config{RootCAs: roots}
 			}
@@ -994,11 +1017,14 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 	openGate()
 	wg.Wait()
 	if sc.Track {
-		n, d, err := fetchServerCount(base.Addrs[0], cfg.Cell)
+		n, d, per, err := fetchServerCount(cmp.Or(base.StatsAddr, base.Addrs[0]), cfg.Cell)
 		if err != nil && r.FirstError == "" {
 			r.FirstError = "server count: " + err.Error()
 		}
 		r.ServerRequests, r.ServerDistinct = n, d
+		if sc.Backends > 1 {
+			r.BackendRequests = slices.Clone(per)
+		}
 	}
 
 	var all []time.Duration
@@ -1022,6 +1048,30 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 	r.finish()
 	r.MaxOpen = maxOpen
 	return r
+}
+
+// backendShares prints each backend's share of the requests, and the
+// largest departure from an even share, relative to it (±10% of a third is
+// 30.0% to 36.7%).
+func backendShares(per []int, n int) string {
+	per = append(per, make([]int, max(0, n-len(per)))...)
+	total := 0
+	for _, k := range per {
+		total += k
+	}
+	if total == 0 {
+		return "no requests counted"
+	}
+	var b strings.Builder
+	worst := 0.0
+	even := 1 / float64(n)
+	for i, k := range per {
+		share := float64(k) / float64(total)
+		fmt.Fprintf(&b, "127.0.0.%d %.1f%%, ", i+1, 100*share)
+		worst = max(worst, math.Abs(share-even)/even)
+	}
+	fmt.Fprintf(&b, "at most %.1f%% from an even share", 100*worst)
+	return b.String()
 }
 
 func percentile(sorted []time.Duration, q float64) time.Duration {
@@ -1099,6 +1149,9 @@ func makeTable(sc scenario, rows []result) table {
 		}
 		if sc.Track {
 			t.notes = append(t.notes, fmt.Sprintf("%s server side: %d requests, %d distinct", r.Client, r.ServerRequests, r.ServerDistinct))
+		}
+		if sc.Backends > 1 {
+			notes = append(notes, r.Client+" share of requests per backend: "+backendShares(r.BackendRequests, sc.Backends))
 		}
 		if r.StoppedAtBound {
 			t.notes = append(t.notes, fmt.Sprintf("%s stopped at the request bound (-max-requests) before the end of its duration", r.Client))

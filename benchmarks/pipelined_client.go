@@ -41,6 +41,13 @@ func newPipelinedClient(name string, cfg clientConfig) (benchClient, error) {
 		o.Protocols = &p
 	}
 	o.DialContext = cfg.Dialer.DialPlain // its Stats count open connections
+	if cfg.Resolver != nil {
+		// One name: the Transport resolves it and dials its addresses
+		// itself (TransportOptions.Resolver); its dials are counted as
+		// they open.
+		o.Resolver, o.DialContext = cfg.Resolver, nil
+		o.Observer = &pipelined.Observer{ConnOpened: func(pipelined.ConnEvent) { cfg.Dialer.dials.Add(1) }}
+	}
 	if cfg.TLS != nil {
 		o.TLSClientConfig = cfg.TLS.Clone()
 	}

@@ -43,6 +43,11 @@ type serverConfig struct {
 	// Hosts is the number of listeners (all on 127.0.0.1, each a "host" to
 	// the clients); 0 means 1.
 	Hosts int `json:",omitempty"`
+	// Backends, if above 1, is the number of listeners on one port at
+	// 127.0.0.1, 127.0.0.2 ...: one host's addresses (the concurrent
+	// server only). With Track, the counts name the backend of each
+	// request.
+	Backends int `json:",omitempty"`
 	// TLSCert and TLSKey are PEM files: when set the server speaks TLS. The
 	// serial server (net/http's) then offers h2 and http/1.1 by ALPN, the
 	// concurrent one http/1.1 only.
@@ -93,7 +98,19 @@ func startServer(cfg serverConfig) (*testServer, error) {
 		}
 	}
 	ts := &testServer{}
-	for range max(1, cfg.Hosts) {
+	if cfg.Backends > 1 {
+		if cfg.Mode != modeConcurrent || cfg.Hosts > 1 {
+			return nil, errors.New("backends: the concurrent server, one host")
+		}
+		var err error
+		if lns, err = listenBackends(cfg.Backends); err != nil {
+			return nil, err
+		}
+		for _, ln := range lns {
+			ts.Addrs = append(ts.Addrs, ln.Addr().String())
+		}
+	}
+	for range max(1, cfg.Hosts) - len(lns) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			closeAll()
@@ -135,13 +152,14 @@ func startServer(cfg serverConfig) (*testServer, error) {
 		if cfg.Track {
 			tr = new(requestTracker)
 		}
-		for _, ln := range lns {
+		for i, ln := range lns {
 			if tlsCfg != nil {
 				c := tlsCfg.Clone()
 				c.NextProtos = []string{"http/1.1"}
 				ln = tls.NewListener(ln, c)
 			}
 			s := newConcurrentServer(ln, plan, body, cfg.Chunked, tr)
+			s.backend = i
 			servers = append(servers, s)
 			go s.serve()
 		}
@@ -154,6 +172,35 @@ func startServer(cfg serverConfig) (*testServer, error) {
 		}
 	}
 	return ts, nil
+}
+
+// listenBackends listens on one port at 127.0.0.1 to 127.0.0.n (Linux
+// routes all of 127.0.0.0/8 to the loopback interface), the port the first
+// listener got; a port another program holds on one of the others is given
+// up for another.
+func listenBackends(n int) ([]net.Listener, error) {
+	var err error
+	for range 10 {
+		var lns []net.Listener
+		for i := range n {
+			addr := fmt.Sprintf("127.0.0.%d:0", i+1)
+			if i > 0 {
+				addr = fmt.Sprintf("127.0.0.%d:%d", i+1, lns[0].Addr().(*net.TCPAddr).Port)
+			}
+			var ln net.Listener
+			if ln, err = net.Listen("tcp", addr); err != nil {
+				break
+			}
+			lns = append(lns, ln)
+		}
+		if err == nil {
+			return lns, nil
+		}
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}
+	return nil, err
 }
 
 // delayPlan draws each response's delay: Delay on average (see delayer),
@@ -185,52 +232,74 @@ func (p delayPlan) next() time.Duration {
 
 // requestTracker counts requests per benchmark cell and id, for the
 // duplicate-request rate (a request sent twice by a client's retry or
-// hedging arrives twice with the same id).
+// hedging arrives twice with the same id), and per backend (the listener
+// of a Backends server that received it).
 type requestTracker struct {
 	mu    sync.Mutex
-	cells map[string]map[string]int32
+	cells map[string]*cellCount
 }
 
-func (t *requestTracker) add(cell, id string) {
+type cellCount struct {
+	ids      map[string]int32
+	backends []int
+}
+
+func (t *requestTracker) add(cell, id string, backend int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	m := t.cells[cell]
-	if m == nil {
+	c := t.cells[cell]
+	if c == nil {
 		if t.cells == nil {
-			t.cells = make(map[string]map[string]int32)
+			t.cells = make(map[string]*cellCount)
 		}
-		m = make(map[string]int32)
-		t.cells[cell] = m
+		c = &cellCount{ids: make(map[string]int32)}
+		t.cells[cell] = c
 	}
-	m[id]++
+	c.ids[id]++
+	for len(c.backends) <= backend {
+		c.backends = append(c.backends, 0)
+	}
+	c.backends[backend]++
 }
 
 // serve is a tracking server's rule for a request with the given path and
-// query: the stats path answers the counts of its cell (the answer's body,
-// ok true); any other request is counted by its cell and id.
-func (t *requestTracker) serve(path, rawQuery string) (stats string, ok bool) {
+// query, received by the given backend: the stats path answers the counts
+// of its cell (the answer's body, ok true): requests, distinct ids, then
+// the requests of each backend; any other request is counted by its cell
+// and id.
+func (t *requestTracker) serve(path, rawQuery string, backend int) (stats string, ok bool) {
 	q, _ := url.ParseQuery(rawQuery)
 	if path == statsPath {
-		n, d := t.take(q.Get("cell"))
-		return fmt.Sprintf("%d %d\n", n, d), true
+		n, d, per := t.take(q.Get("cell"))
+		var b strings.Builder
+		fmt.Fprintf(&b, "%d %d", n, d)
+		for _, k := range per {
+			fmt.Fprintf(&b, " %d", k)
+		}
+		b.WriteByte('\n')
+		return b.String(), true
 	}
 	if cell := q.Get("cell"); cell != "" {
-		t.add(cell, q.Get("id"))
+		t.add(cell, q.Get("id"), backend)
 	}
 	return "", false
 }
 
-// take returns the cell's counts (all requests, distinct ids) and forgets
-// the cell.
-func (t *requestTracker) take(cell string) (requests, distinct int) {
+// take returns the cell's counts (all requests, distinct ids, requests
+// per backend) and forgets the cell.
+func (t *requestTracker) take(cell string) (requests, distinct int, backends []int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, n := range t.cells[cell] {
+	c := t.cells[cell]
+	if c == nil {
+		return 0, 0, nil
+	}
+	for _, n := range c.ids {
 		requests += int(n)
 		distinct++
 	}
 	delete(t.cells, cell)
-	return requests, distinct
+	return requests, distinct, c.backends
 }
 
 // A delayer makes responses ready a configured delay after their request,
@@ -319,7 +388,7 @@ func serialHandler(plan delayPlan, body []byte, track, chunked bool) http.Handle
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		if track {
-			if stats, ok := tr.serve(r.URL.Path, r.URL.RawQuery); ok {
+			if stats, ok := tr.serve(r.URL.Path, r.URL.RawQuery, 0); ok {
 				io.WriteString(w, stats)
 				return
 			}
@@ -357,6 +426,9 @@ type concurrentServer struct {
 	resp []byte          // keep-alive response
 	last []byte          // response to a request with "Connection: close"
 	tr   *requestTracker // counts requests by cell and id, if set
+	// backend is the listener's place among a Backends server's (0:
+	// 127.0.0.1), for tr.
+	backend int
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
@@ -585,7 +657,7 @@ func readRequest(br *bufio.Reader, wantTarget bool) (closeAfter bool, target str
 // target, returning the whole response for the stats path.
 func (s *concurrentServer) track(target string) (stats []byte, ok bool) {
 	path, query, _ := strings.Cut(target, "?")
-	body, ok := s.tr.serve(path, query)
+	body, ok := s.tr.serve(path, query, s.backend)
 	if !ok {
 		return nil, false
 	}

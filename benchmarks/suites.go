@@ -26,7 +26,7 @@ import (
 
 // Suites, in the order "all" runs them. Each is a list of scenarios; see
 // suiteScenarios and README.md.
-var suiteNames = []string{"default", "concurrency", "bodies", "chunked", "p1", "p5", "post", "upload", "slow", "undici", "hosts", "tls"}
+var suiteNames = []string{"default", "concurrency", "bodies", "chunked", "p1", "p5", "post", "upload", "slow", "undici", "hosts", "addrs", "tls"}
 
 // suiteAbout says in a sentence what each suite shows (the -markdown page).
 var suiteAbout = map[string]string{
@@ -160,6 +160,15 @@ func suiteScenarios(name string, o *options) []scenario {
 		// idle connections and goroutines kept.
 		out = append(out, scenario{Server: modeConcurrent, C: 5, K: 10, P: 50, Delay: ms, Body: 128, Hosts: 200,
 			Clients: []string{clientNetHTTP, clientPipelined, clientNetHTTPDefaults, clientPipelinedDefaults, clientFastHost}})
+	case "addrs":
+		// One name, three addresses (127.0.0.1, .2, .3 at one port),
+		// served by a resolver the run controls: how each client shares
+		// its requests among a host's addresses. net/http dials the name
+		// through a DialContext that resolves it the same way and tries
+		// the addresses in order, as net/http's own dialer does. C=6: two
+		// connections per address make an even share possible.
+		out = append(out, scenario{Server: modeConcurrent, C: 6, K: 10, P: 60, Delay: ms, Body: 128, Backends: 3, Track: true,
+			Clients: []string{clientNetHTTP, clientPipelined, clientFastHost}})
 	case "tls":
 		// HTTP/1.1 over TLS, and HTTP/2 where the server offers it (the
 		// serial server is net/http's, which speaks h2; the concurrent one
@@ -324,21 +333,30 @@ func newCellID() string {
 }
 
 // fetchServerCount asks a tracking server how many requests of the cell it
-// received, and how many distinct ones.
-func fetchServerCount(addr, cell string) (requests, distinct int, err error) {
+// received, how many distinct ones, and how many each backend received.
+func fetchServerCount(addr, cell string) (requests, distinct int, backends []int, err error) {
 	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
 	defer c.CloseIdleConnections()
 	resp, err := c.Get("http://" + addr + statsPath + "?cell=" + cell)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	defer resp.Body.Close()
 	line, err := bufio.NewReader(resp.Body).ReadString('\n')
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
-	if _, err := fmt.Sscanf(line, "%d %d", &requests, &distinct); err != nil {
-		return 0, 0, fmt.Errorf("bad answer %q", line)
+	f := strings.Fields(line)
+	var ns []int
+	for _, x := range f {
+		n, err := strconv.Atoi(x)
+		if err != nil {
+			break
+		}
+		ns = append(ns, n)
 	}
-	return requests, distinct, nil
+	if len(ns) < 2 || len(ns) != len(f) {
+		return 0, 0, nil, fmt.Errorf("bad answer %q", line)
+	}
+	return ns[0], ns[1], ns[2:], nil
 }
