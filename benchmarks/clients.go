@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"strconv"
@@ -84,6 +85,9 @@ type clientConfig struct {
 	// "cell=Cell&id=N" (N unique within the cell), for the server's count
 	// of requests that arrived twice.
 	Cell string
+	// IDs: every request goes to /items/<id>, a fresh random id of 16
+	// hex digits each time.
+	IDs bool
 }
 
 // targets hands out the URL of each request: Addrs in turn, with an id
@@ -91,11 +95,12 @@ type clientConfig struct {
 type targets struct {
 	urls []string
 	cell string
+	ids  bool
 	n    atomic.Uint64
 }
 
 func newTargets(cfg clientConfig) *targets {
-	t := &targets{cell: cfg.Cell}
+	t := &targets{cell: cfg.Cell, ids: cfg.IDs}
 	if cfg.URL != "" {
 		t.urls = []string{cfg.URL}
 		return t
@@ -113,10 +118,30 @@ func newTargets(cfg clientConfig) *targets {
 func (t *targets) next() string {
 	i := t.n.Add(1) - 1
 	u := t.urls[i%uint64(len(t.urls))]
+	if t.ids {
+		u = itemURL(u, rand.Uint64())
+	}
 	if t.cell != "" {
 		return u + "?cell=" + t.cell + "&id=" + strconv.FormatUint(i, 10)
 	}
 	return u
+}
+
+// itemURL returns base (ending in "/") followed by "items/" and id in 16
+// hex digits: one allocation, the same for every client.
+func itemURL(base string, id uint64) string {
+	const hexDigits = "0123456789abcdef"
+	var hx [16]byte
+	for i := len(hx) - 1; i >= 0; i-- {
+		hx[i] = hexDigits[id&0xf]
+		id >>= 4
+	}
+	var b strings.Builder
+	b.Grow(len(base) + len("items/") + len(hx))
+	b.WriteString(base)
+	b.WriteString("items/")
+	b.Write(hx[:])
+	return b.String()
 }
 
 // benchClient performs one request at a time per calling goroutine. Do
