@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/netip"
@@ -91,6 +92,9 @@ type clientConfig struct {
 	// server's counts are asked for.
 	Resolver  *backendResolver
 	StatsAddr string
+	// IDs: every request goes to /items/<id>, a fresh random id of 16
+	// hex digits each time.
+	IDs bool
 }
 
 // backendsName is the one name of a Backends scenario's servers.
@@ -166,11 +170,12 @@ func portOf(hostport string) string {
 type targets struct {
 	urls []string
 	cell string
+	ids  bool
 	n    atomic.Uint64
 }
 
 func newTargets(cfg clientConfig) *targets {
-	t := &targets{cell: cfg.Cell}
+	t := &targets{cell: cfg.Cell, ids: cfg.IDs}
 	if cfg.URL != "" {
 		t.urls = []string{cfg.URL}
 		return t
@@ -188,10 +193,30 @@ func newTargets(cfg clientConfig) *targets {
 func (t *targets) next() string {
 	i := t.n.Add(1) - 1
 	u := t.urls[i%uint64(len(t.urls))]
+	if t.ids {
+		u = itemURL(u, rand.Uint64())
+	}
 	if t.cell != "" {
 		return u + "?cell=" + t.cell + "&id=" + strconv.FormatUint(i, 10)
 	}
 	return u
+}
+
+// itemURL returns base (ending in "/") followed by "items/" and id in 16
+// hex digits: one allocation, the same for every client.
+func itemURL(base string, id uint64) string {
+	const hexDigits = "0123456789abcdef"
+	var hx [16]byte
+	for i := len(hx) - 1; i >= 0; i-- {
+		hx[i] = hexDigits[id&0xf]
+		id >>= 4
+	}
+	var b strings.Builder
+	b.Grow(len(base) + len("items/") + len(hx))
+	b.WriteString(base)
+	b.WriteString("items/")
+	b.Write(hx[:])
+	return b.String()
 }
 
 // benchClient performs one request at a time per calling goroutine. Do

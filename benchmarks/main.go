@@ -59,6 +59,13 @@ type scenario struct {
 	Backends int  `json:"backends,omitempty"`
 	TLS      bool `json:"tls,omitempty"`
 	Chunked  bool `json:"chunked,omitempty"` // bodies sent chunked
+	// IDs sends every request to /items/<id>, a fresh random id of 16
+	// hex digits each time (a REST client's paths), instead of "/".
+	IDs bool `json:"ids,omitempty"`
+	// StreamBeside keeps, beside the load, one long-lived streaming GET
+	// of streamPath open to the same host, closed and sent again every
+	// streamPeriod (see runStream).
+	StreamBeside bool `json:"stream_beside,omitempty"`
 	// Track counts on the server the requests that arrive twice.
 	Track bool `json:"track,omitempty"`
 	// Defaults: the clients are built from http.DefaultTransport's
@@ -99,6 +106,12 @@ func (s scenario) String() string {
 	fmt.Fprintf(&b, " body=%s", fmtBytes(s.Body))
 	if s.Chunked {
 		b.WriteString(" chunked")
+	}
+	if s.IDs {
+		b.WriteString(" /items/<id>")
+	}
+	if s.StreamBeside {
+		fmt.Fprintf(&b, " +stream (%v)", streamPeriod)
 	}
 	if s.Method != "" && s.Method != http.MethodGet {
 		fmt.Fprintf(&b, " %s", s.Method)
@@ -169,6 +182,7 @@ type result struct {
 	P50Ms      float64  `json:"p50_ms"`
 	P99Ms      float64  `json:"p99_ms"`
 	P999Ms     float64  `json:"p999_ms"`
+	MaxMs      float64  `json:"max_ms"`
 	CPUPerReq  float64  `json:"cpu_us_per_req"` // client process user+sys
 	// Response body bytes read, their rate (MB/s, 10^6 bytes) and the CPU
 	// per MB (µs).
@@ -200,6 +214,8 @@ type result struct {
 	// duration.
 	StoppedAtBound bool `json:"stopped_at_bound,omitempty"`
 	Rounds         int  `json:"rounds,omitempty"`
+	// Stream: the StreamBeside scenarios' stream, over the whole cell.
+	Stream *streamStats `json:"stream,omitempty"`
 
 	lat []time.Duration // sorted latencies, for merging rounds
 	cpu time.Duration   // client CPU over the measured window
@@ -224,6 +240,7 @@ func (r *result) merge(b result) {
 	r.MaxQueued = max(r.MaxQueued, b.MaxQueued)
 	r.StoppedAtBound = r.StoppedAtBound || b.StoppedAtBound
 	r.Dials += b.Dials
+	r.Stream = r.Stream.merge(b.Stream)
 	r.Bytes += b.Bytes
 	r.ServerRequests += b.ServerRequests
 	r.ServerDistinct += b.ServerDistinct
@@ -250,6 +267,7 @@ func (r *result) finish() {
 		r.P50Ms = ms(percentile(r.lat, 0.50))
 		r.P99Ms = ms(percentile(r.lat, 0.99))
 		r.P999Ms = ms(percentile(r.lat, 0.999))
+		r.MaxMs = ms(r.lat[len(r.lat)-1])
 	}
 	if r.Requests > 0 { // per successful request: failures are waste
 		r.CPUPerReq = float64(r.cpu.Microseconds()) / float64(r.Requests)
@@ -890,6 +908,7 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 	if sc.Track {
 		cfg.Cell = newCellID()
 	}
+	cfg.IDs = sc.IDs
 	runtime.GC() // the previous cell's garbage
 	g0 := runtime.NumGoroutine()
 	cl, err := newClient(name, cfg)
@@ -922,6 +941,11 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 	)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	var streamDone chan *streamStats
+	if sc.StreamBeside {
+		streamDone = make(chan *streamStats, 1)
+		go func() { streamDone <- runStream(ctx, cl, cfg, name) }()
+	}
 	// The measured window [from, to), in nanoseconds since start; it opens
 	// after the warm-up once every goroutine has had a response, so that
 	// queues are in their steady state.
@@ -1016,6 +1040,9 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 	cancel()
 	openGate()
 	wg.Wait()
+	if streamDone != nil {
+		r.Stream = <-streamDone
+	}
 	if sc.Track {
 		n, d, per, err := fetchServerCount(cmp.Or(base.StatsAddr, base.Addrs[0]), cfg.Cell)
 		if err != nil && r.FirstError == "" {
@@ -1101,10 +1128,14 @@ func makeTable(sc scenario, rows []result) table {
 	}
 	t := table{title: fmt.Sprintf("%s   ideal %s", sc, ideal)}
 	tail := sc.SlowFrac > 0 || sc.Track
+	maxCol := sc.StreamBeside
 	bytesCols := sc.Body >= 16<<10 || sc.URL != ""
 	t.cols = []string{"client", "req/s", "p50", "p99"}
 	if tail {
 		t.cols = append(t.cols, "p99.9")
+	}
+	if maxCol {
+		t.cols = append(t.cols, "max")
 	}
 	t.cols = append(t.cols, "CPU/req")
 	if bytesCols {
@@ -1127,6 +1158,9 @@ func makeTable(sc scenario, rows []result) table {
 		vals := []string{r.Client, fmt.Sprintf("%.0f", r.ReqPerSec), fmtMs(r.P50Ms), fmtMs(r.P99Ms)}
 		if tail {
 			vals = append(vals, fmtMs(r.P999Ms))
+		}
+		if maxCol {
+			vals = append(vals, fmtMs(r.MaxMs))
 		}
 		vals = append(vals, fmt.Sprintf("%.1fµs", r.CPUPerReq))
 		if bytesCols {
@@ -1151,7 +1185,13 @@ func makeTable(sc scenario, rows []result) table {
 			t.notes = append(t.notes, fmt.Sprintf("%s server side: %d requests, %d distinct", r.Client, r.ServerRequests, r.ServerDistinct))
 		}
 		if sc.Backends > 1 {
-			notes = append(notes, r.Client+" share of requests per backend: "+backendShares(r.BackendRequests, sc.Backends))
+			t.notes = append(t.notes, r.Client+" share of requests per backend: "+backendShares(r.BackendRequests, sc.Backends))
+		}
+		if st := r.Stream; st != nil {
+			t.notes = append(t.notes, fmt.Sprintf("%s stream (%s): %d opened, %d lines read, %d failed or ended early", r.Client, st.Via, st.Opened, st.Lines, st.Failed))
+			if st.FirstError != "" {
+				t.notes = append(t.notes, fmt.Sprintf("%s stream first error: %s", r.Client, st.FirstError))
+			}
 		}
 		if r.StoppedAtBound {
 			t.notes = append(t.notes, fmt.Sprintf("%s stopped at the request bound (-max-requests) before the end of its duration", r.Client))

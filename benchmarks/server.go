@@ -387,6 +387,10 @@ func serialHandler(plan delayPlan, body []byte, track, chunked bool) http.Handle
 	var tr requestTracker
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
+		if r.URL.Path == streamPath {
+			serveStream(w, r)
+			return
+		}
 		if track {
 			if stats, ok := tr.serve(r.URL.Path, r.URL.RawQuery, 0); ok {
 				io.WriteString(w, stats)
@@ -414,6 +418,30 @@ func serialHandler(plan delayPlan, body []byte, track, chunked bool) http.Handle
 			b = b[n:]
 		}
 	})
+}
+
+// streamLine is line n of a stream's body.
+func streamLine(n int) []byte { return fmt.Appendf(nil, "{\"n\":%d}\n", n) }
+
+// serveStream answers the stream (the serial server): a line at once, then
+// one every streamInterval until the client goes away.
+func serveStream(w http.ResponseWriter, r *http.Request) {
+	w.Header()["Content-Type"] = []string{"application/x-ndjson"}
+	w.WriteHeader(http.StatusOK)
+	f := w.(http.Flusher)
+	tick := time.NewTicker(streamInterval)
+	defer tick.Stop()
+	for n := 0; ; n++ {
+		if _, err := w.Write(streamLine(n)); err != nil {
+			return
+		}
+		f.Flush()
+		select {
+		case <-r.Context().Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // concurrentServer is a minimal HTTP/1.1 server for pipelining benchmarks.
@@ -486,9 +514,10 @@ func (s *concurrentServer) Close() error {
 
 // slot is one pipelined request's response, ready when done is closed.
 type slot struct {
-	done chan struct{}
-	resp []byte
-	last bool // close the connection after this response
+	done   chan struct{}
+	resp   []byte
+	last   bool // close the connection after this response
+	stream bool // the stream: written until the client closes
 }
 
 func (s *concurrentServer) serveConn(c net.Conn) {
@@ -507,13 +536,13 @@ func (s *concurrentServer) serveConn(c net.Conn) {
 	}()
 	br := bufio.NewReaderSize(c, 8<<10)
 	for {
-		closeAfter, target, err := readRequest(br, s.tr != nil)
+		closeAfter, stream, target, err := readRequest(br, s.tr != nil)
 		if err != nil {
 			// EOF or a malformed request: answer nothing more and drop
 			// the connection once the earlier responses are out.
 			break
 		}
-		sl := &slot{done: make(chan struct{}), resp: s.resp}
+		sl := &slot{done: make(chan struct{}), resp: s.resp, stream: stream}
 		if closeAfter {
 			sl.resp, sl.last = s.last, true
 		}
@@ -524,7 +553,7 @@ func (s *concurrentServer) serveConn(c net.Conn) {
 				sl.resp = resp
 			}
 		}
-		if d := s.plan.next(); d > 0 && !stats {
+		if d := s.plan.next(); d > 0 && !stats && !stream {
 			time.AfterFunc(d, func() { close(sl.done) })
 		} else {
 			close(sl.done)
@@ -565,6 +594,11 @@ func (s *concurrentServer) writeLoop(c net.Conn, queue chan *slot) {
 			}
 			<-sl.done
 		}
+		if sl.stream {
+			writeStream(bw) // until the client closes: the connection ends with it
+			drain(queue)
+			return
+		}
 		if _, err := bw.Write(sl.resp); err != nil {
 			drain(queue)
 			return
@@ -574,6 +608,23 @@ func (s *concurrentServer) writeLoop(c net.Conn, queue chan *slot) {
 			drain(queue)
 			return
 		}
+	}
+}
+
+// writeStream writes the stream's response (the concurrent server): chunked
+// (RFC 9112 §7.1), a line at once and then one every streamInterval, each
+// flushed, until a write fails.
+func writeStream(bw *bufio.Writer) {
+	bw.WriteString("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: application/x-ndjson\r\n\r\n")
+	tick := time.NewTicker(streamInterval)
+	defer tick.Stop()
+	for n := 0; ; n++ {
+		line := streamLine(n)
+		fmt.Fprintf(bw, "%x\r\n%s\r\n", len(line), line)
+		if bw.Flush() != nil {
+			return
+		}
+		<-tick.C
 	}
 }
 
@@ -600,15 +651,17 @@ func drain(queue chan *slot) {
 var errBadRequest = errors.New("bad request")
 
 // readRequest reads one request (request line, header fields, and a body of
-// Content-Length bytes) and reports whether it asked to close the connection.
-func readRequest(br *bufio.Reader, wantTarget bool) (closeAfter bool, target string, err error) {
+// Content-Length bytes) and reports whether it asked to close the connection
+// and whether it is the stream (GET streamPath).
+func readRequest(br *bufio.Reader, wantTarget bool) (closeAfter, stream bool, target string, err error) {
 	line, err := br.ReadSlice('\n')
 	if err != nil {
 		if err == io.EOF && len(line) == 0 {
-			return false, "", io.EOF
+			return false, false, "", io.EOF
 		}
-		return false, "", errBadRequest
+		return false, false, "", errBadRequest
 	}
+	stream = bytes.HasPrefix(line, []byte("GET "+streamPath+" "))
 	if bytes.HasSuffix(line, []byte(" HTTP/1.0\r\n")) {
 		closeAfter = true
 	}
@@ -621,36 +674,36 @@ func readRequest(br *bufio.Reader, wantTarget bool) (closeAfter bool, target str
 	for {
 		line, err = br.ReadSlice('\n')
 		if err != nil {
-			return false, "", errBadRequest
+			return false, false, "", errBadRequest
 		}
 		if len(line) <= 2 && (len(line) == 1 || line[0] == '\r') {
 			break
 		}
 		colon := bytes.IndexByte(line, ':')
 		if colon <= 0 {
-			return false, "", errBadRequest
+			return false, false, "", errBadRequest
 		}
 		name, value := line[:colon], bytes.TrimSpace(line[colon+1:])
 		switch {
 		case bytes.EqualFold(name, []byte("Content-Length")):
 			clen, err = strconv.ParseInt(string(value), 10, 64)
 			if err != nil || clen < 0 {
-				return false, "", errBadRequest
+				return false, false, "", errBadRequest
 			}
 		case bytes.EqualFold(name, []byte("Connection")):
 			if bytes.EqualFold(value, []byte("close")) {
 				closeAfter = true
 			}
 		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
-			return false, "", errBadRequest // not needed by the benchmarks
+			return false, false, "", errBadRequest // not needed by the benchmarks
 		}
 	}
 	if clen > 0 {
 		if _, err := br.Discard(int(clen)); err != nil {
-			return false, "", errBadRequest
+			return false, false, "", errBadRequest
 		}
 	}
-	return closeAfter, target, nil
+	return closeAfter, stream, target, nil
 }
 
 // track applies the tracking rule (requestTracker.serve) to a request

@@ -26,7 +26,7 @@ import (
 
 // Suites, in the order "all" runs them. Each is a list of scenarios; see
 // suiteScenarios and README.md.
-var suiteNames = []string{"default", "concurrency", "bodies", "chunked", "p1", "p5", "post", "upload", "slow", "undici", "hosts", "addrs", "tls"}
+var suiteNames = []string{"default", "concurrency", "bodies", "chunked", "p1", "p5", "post", "upload", "slow", "undici", "hosts", "addrs", "tls", "rest"}
 
 // suiteAbout says in a sentence what each suite shows (the -markdown page).
 var suiteAbout = map[string]string{
@@ -41,6 +41,7 @@ var suiteAbout = map[string]string{
 	"slow":        "1% of answers after 200 ms, the rest after 1 ms: p50 to p99.9, and the requests the server received twice (`dup %`); with the opt-in hedge row and the migrated-service rows (no connection limit).",
 	"undici":      "The shape of undici's README benchmark: 64 KiB after 1 ms, 50 connections of depth 10, 100 callers.",
 	"hosts":       "200 hosts on 127.0.0.1, requests spread over them: pools per host, and the connections and goroutines left at the end.",
+	"rest":        "A REST client's load: every request to its own path `/items/<id>`; then the same load beside a long-lived streaming GET (ndjson, a line every 100 ms) closed and sent again every 500 ms, on the same host.",
 	"tls":         "HTTP/1.1 over TLS, and HTTP/2 where the server offers it (the serial server does; the concurrent one speaks HTTP/1.1 only).",
 }
 
@@ -175,6 +176,13 @@ func suiteScenarios(name string, o *options) []scenario {
 		// speaks http/1.1 only, so the h2 rows fall back to HTTP/1.1 there).
 		out = both(scenario{C: 5, K: 10, P: 50, Body: 128, TLS: true,
 			Clients: []string{clientNetHTTPH2, clientNetHTTPH1, clientPipelinedH2, clientPipelinedH1, clientFastHost, clientFastPipeline}})
+	case "rest":
+		// A REST client: a fresh path per request; then the same load
+		// beside a stream to the same host (scenario.StreamBeside).
+		rest := []string{clientNetHTTP, clientPipelined, clientFastHost, clientFastPipeline}
+		out = append(out,
+			scenario{Server: modeConcurrent, C: 5, K: 10, P: 50, Body: 128, IDs: true, Clients: rest},
+			scenario{Server: modeConcurrent, C: 5, K: 10, P: 50, Body: 128, IDs: true, StreamBeside: true, Clients: rest})
 	}
 	for i := range out {
 		out[i].Suite = name
