@@ -169,7 +169,8 @@ func (p *hostPool) observeModel(ch []modelChange) {
 	if o := p.t.opts.Observer; o != nil && o.RouteLearned != nil {
 		now := time.Now()
 		for _, m := range ch {
-			o.RouteLearned(RouteEvent{Time: now, Host: p.name, Request: m.r.req, Verdict: m.v.String()})
+			addr, _ := canonicalAddr(m.r.req.URL.Scheme, m.r.req.URL.Host)
+			o.RouteLearned(RouteEvent{Time: now, Host: p.name, Addr: addr, Request: m.r.req, Verdict: m.v.String()})
 		}
 	}
 }

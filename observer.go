@@ -103,6 +103,9 @@ type RouteEvent struct {
 	// Host names the pool as [Transport.Stats] keys it.
 	Host string
 
+	// Addr is the target server's "host:port", default port filled in.
+	Addr string
+
 	// Request is the request whose answer changed the verdict: an example
 	// of its class. It must not be modified.
 	Request *http.Request

@@ -1,9 +1,13 @@
 package pipelined
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 )
@@ -187,5 +191,65 @@ func TestCloseReasonTransportClosed(t *testing.T) {
 		if got := <-reasons; got != CloseTransportClosed {
 			t.Fatalf("round %d: close reason %v, want %v", i, got, CloseTransportClosed)
 		}
+	}
+}
+
+// TestRouteLearned: the Observer hears of each change of a route class's
+// verdict, with the request that changed it, outside every lock: the hook
+// may call Stats.
+func TestRouteLearned(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/watch" {
+			// An event, then nothing until the client leaves.
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, "data: x\n\n")
+			http.NewResponseController(w).Flush()
+			<-r.Context().Done()
+			return
+		}
+		io.WriteString(w, "{}")
+	}))
+	defer srv.Close()
+	var mu sync.Mutex
+	var got []string
+	var tr *Transport
+	obs := &Observer{RouteLearned: func(e RouteEvent) {
+		routes := tr.Stats()["http://"+e.Addr].Model.Routes
+		mu.Lock()
+		got = append(got, fmt.Sprintf("%s %s %d", e.Request.URL.Path, e.Verdict, routes))
+		mu.Unlock()
+	}}
+	tr = newTestTransport(t, TransportOptions{Observer: obs})
+	watch := func() *http.Response {
+		t.Helper()
+		resp, err := get(t, tr, srv.URL+"/watch")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev, err := readEvent(bufio.NewReader(resp.Body)); err != nil || ev != "data: x" {
+			t.Fatalf("event %q, %v", ev, err)
+		}
+		return resp
+	}
+	// A watch, two GETs beside it (on a connection of their own), the
+	// watch closed (and its connection with it), and a watch again: the
+	// host's pool, and its model, stay with the GETs' connection.
+	w := watch()
+	for _, path := range []string{"/items/1", "/items/2"} {
+		if _, err := getBody(context.Background(), tr, srv.URL+path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Body.Close()
+	w = watch()
+	defer w.Body.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"/watch stream 1", "/items/1 bounded 2"}; !slices.Equal(got, want) {
+		t.Errorf("RouteLearned: %q, want %q", got, want)
+	}
+	m := tr.Stats()[srv.URL].Model
+	if !m.Learning || m.Routes != 2 || m.StreamRoutes != 1 || m.LateRoutes != 0 || !m.Pipelining || m.UsualHeadWait <= 0 {
+		t.Errorf("Stats().Model = %+v, want learning, 2 routes, 1 of them a stream, pipelining", m)
 	}
 }

@@ -19,6 +19,7 @@
 //	pipelined.client.request.time_in_queue      histogram, s: time a request waited for a connection, dials included, over all its attempts
 //	pipelined.client.connection.requests_in_flight histogram, {request}: requests in flight on a connection when a request is assigned to it, that one included
 //	pipelined.client.request.resends            counter, {request}: attempts sent again, by pipelined.resend.cause
+//	pipelined.client.route.verdicts             counter, {change}: changes of what a host's model holds about a route class, by pipelined.route.verdict
 //
 // Every instrument has server.address and server.port (the target server's,
 // not a proxy's). Request instruments add http.request.method (the nine
@@ -61,6 +62,7 @@ const (
 	TimeInQueue        = "pipelined.client.request.time_in_queue"
 	RequestsInFlight   = "pipelined.client.connection.requests_in_flight"
 	Resends            = "pipelined.client.request.resends"
+	RouteVerdicts      = "pipelined.client.route.verdicts"
 )
 
 // The attribute keys of the pipelined-specific attributes.
@@ -72,6 +74,10 @@ const (
 	// CloseReasonKey is why a connection closed (pipelined.CloseReason's
 	// String: "idle_timeout", "server_close", "error", ...).
 	CloseReasonKey = attribute.Key("pipelined.connection.close_reason")
+
+	// RouteVerdictKey is a route class's verdict after a change
+	// (pipelined.RouteEvent's Verdict: "bounded", "stream", "late").
+	RouteVerdictKey = attribute.Key("pipelined.route.verdict")
 )
 
 // Bucket boundaries: the semantic conventions' advice for request
@@ -132,6 +138,10 @@ func NewObserver(mp metric.MeterProvider) (*pipelined.Observer, error) {
 		metric.WithDescription("Attempts of HTTP client requests sent again, by cause."),
 		metric.WithUnit("{request}"))
 	check(err)
+	r.verdicts, err = m.Int64Counter(RouteVerdicts,
+		metric.WithDescription("Changes of what a host's model holds about a route class, by the verdict after the change."),
+		metric.WithUnit("{change}"))
+	check(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("pipelined: creating OpenTelemetry instruments: %w", err)
 	}
@@ -143,6 +153,7 @@ func NewObserver(mp metric.MeterProvider) (*pipelined.Observer, error) {
 		ConnActive:      r.connActive,
 		ConnIdle:        r.connIdle,
 		ConnClosed:      r.connClosed,
+		RouteLearned:    r.routeLearned,
 	}, nil
 }
 
@@ -154,6 +165,7 @@ type recorder struct {
 	queue        metric.Float64Histogram
 	inFlight     metric.Int64Histogram
 	resends      metric.Int64Counter
+	verdicts     metric.Int64Counter
 
 	// connAttrs caches the attribute sets of connections, per connKey.
 	connAttrs sync.Map
@@ -181,6 +193,10 @@ func (r *recorder) connSets(ev pipelined.ConnEvent) *connSets {
 	}
 	v, _ := r.connAttrs.LoadOrStore(k, s)
 	return v.(*connSets)
+}
+
+func (r *recorder) routeLearned(ev pipelined.RouteEvent) {
+	r.verdicts.Add(context.Background(), 1, metric.WithAttributes(serverAttrs(ev.Addr, []attribute.KeyValue{RouteVerdictKey.String(ev.Verdict)})...))
 }
 
 func (r *recorder) connOpened(ev pipelined.ConnEvent) {

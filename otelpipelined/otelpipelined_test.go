@@ -152,6 +152,10 @@ func TestObserverEvents(t *testing.T) {
 	obs.RequestDone(req(purge, 1000, 1500, 1, func(ev *pipelined.RequestEvent) {
 		ev.QueueTime, ev.Err = 500*time.Millisecond, context.Canceled
 	}))
+	// What the host's model holds about two routes changed three times.
+	for _, v := range []string{"bounded", "stream", "bounded"} {
+		obs.RouteLearned(pipelined.RouteEvent{Addr: "example.com:8080", Verdict: v})
+	}
 
 	const srv = "server.address=example.com,server.port=8080"
 	want := map[string]instrument{
@@ -183,6 +187,10 @@ func TestObserverEvents(t *testing.T) {
 		}},
 		"pipelined.client.request.resends": {unit: "{request}", kind: "sum", points: []point{
 			{"http.request.method=POST,pipelined.resend.cause=not_written," + srv, "1"},
+		}},
+		"pipelined.client.route.verdicts": {unit: "{change}", kind: "sum", points: []point{
+			{"pipelined.route.verdict=bounded," + srv, "2"},
+			{"pipelined.route.verdict=stream," + srv, "1"},
 		}},
 	}
 	got := collect(t, reader)
