@@ -25,9 +25,14 @@ import (
 // a new class stalls nobody: what cannot be written behind it dials, up to
 // MaxConnsPerHost, or takes another connection.
 //
-// One rule of decay for every class: its last answer decides. A watch
-// path that once answered a quick list is followed again; a list route
-// that streamed once is not, until it answers quickly again.
+// Whether a class streams, its last answer decides: a watch path that once
+// answered a quick list is followed again; a list route that streamed once
+// is not, until it answers bounded again. Whether it is late, a moving
+// average of its head waits decides, weighted as the host's usual wait is
+// (usualWaitWeight), its first answer setting it: a long poll is late from
+// its first answer on, and a quick route that was slow once on a busy
+// machine is not (on one answer alone, 200 hosts at 1 ms under load
+// flipped routes to late and back several times a second, each flip a dial).
 
 // A routeClass names the requests whose answers are expected to look
 // alike: the same method, target host, path shape (a segment that holds a
@@ -127,7 +132,7 @@ const (
 	followFixed                        // the model is off (TransportOptions.FixedPolicy)
 	followUnseen                       // its class has not answered on this host yet
 	followStreams                      // its class's last answer was a stream
-	followLate                         // its class's last answer held its head late
+	followLate                         // its class's answers hold their heads late
 )
 
 // ok reports whether requests may be written behind.
@@ -165,9 +170,10 @@ const (
 
 // classStats is what a host's answers to one route class showed.
 type classStats struct {
-	seen monoTime   // when its last answer was noted
-	last answerKind // its last answer's kind
-	late bool       // its last answer held its head late
+	seen monoTime      // when its last answer was noted
+	last answerKind    // its last answer's kind
+	wait time.Duration // moving average of its bounded answers' head waits; 0 until one
+	late bool          // wait is late for the host (lateAfter)
 }
 
 // hostModel is one host's model: its route classes, and how long its
@@ -236,9 +242,16 @@ func (m *hostModel) noteAnswer(c routeClass, now monoTime, kind answerKind, head
 	}
 	s.seen = now
 	s.last = kind
-	// A stream's head says nothing of its length: only a bounded answer
-	// is judged late or not.
-	s.late = kind == answerBounded && headWait >= m.lateAfter(hol)
+	// A stream's head says nothing of its length: only a bounded answer's
+	// wait counts.
+	if kind == answerBounded && headWait > 0 {
+		if s.wait == 0 {
+			s.wait = headWait
+		} else {
+			s.wait += time.Duration(float64(headWait-s.wait) * usualWaitWeight)
+		}
+	}
+	s.late = s.wait >= m.lateAfter(hol)
 	m.count(s, 1)
 	return m.follow(c) != before
 }

@@ -60,6 +60,14 @@ type modelStep struct {
 	headWait time.Duration
 }
 
+func repeat(n int, s modelStep) []modelStep {
+	out := make([]modelStep, n)
+	for i := range out {
+		out[i] = s
+	}
+	return out
+}
+
 // TestHostModel replays the situations the model is for as traces of
 // observations under a fake clock, and checks each verdict.
 func TestHostModel(t *testing.T) {
@@ -110,8 +118,14 @@ func TestHostModel(t *testing.T) {
 		{"a slow host's usual answers are not late", false,
 			[]modelStep{slow(list, 200*time.Millisecond), slow(list, 210*time.Millisecond)},
 			want{list: followKnown}},
-		{"a late class that answers quickly again", false,
+		{"a late class stays late after one quick answer", false,
 			[]modelStep{quick(list), slow(poll, 2*time.Second), quick(poll)},
+			want{poll: followLate}},
+		{"a quick class slow once is not late", false,
+			[]modelStep{quick(list), quick(list), slow(list, 200*time.Millisecond), quick(list)},
+			want{list: followKnown}},
+		{"a late class that answers quickly long enough", false,
+			append([]modelStep{quick(list), slow(poll, 200*time.Millisecond)}, repeat(60, quick(poll))...),
 			want{poll: followKnown}},
 		{"a large download streams", false,
 			[]modelStep{quick(list), stream(big)},
@@ -178,12 +192,23 @@ func TestHostModelChanged(t *testing.T) {
 	for i, s := range []struct {
 		kind answerKind
 		wait time.Duration
-	}{{answerBounded, time.Millisecond}, {answerBounded, time.Millisecond}, {answerStream, time.Millisecond}, {answerStream, 0}, {answerBounded, 3 * time.Second}, {answerBounded, time.Millisecond}} {
+	}{{answerBounded, time.Millisecond}, {answerBounded, time.Millisecond}, {answerStream, time.Millisecond}, {answerStream, 0},
+		{answerBounded, 3 * time.Second}, {answerBounded, 3 * time.Second}, {answerBounded, 3 * time.Second}, {answerBounded, 3 * time.Second},
+		{answerBounded, 3 * time.Second}, {answerBounded, 3 * time.Second}, {answerBounded, 3 * time.Second}, {answerBounded, 3 * time.Second},
+		{answerStream, 0}} {
 		if m.noteAnswer(7, monoTime(i), s.kind, s.wait, time.Second) {
 			got = append(got, m.follow(7).String())
 		}
 	}
-	if want := []string{"bounded", "stream", "late", "bounded"}; fmt.Sprint(got) != fmt.Sprint(want) {
+	if want := []string{"bounded", "stream", "bounded", "late", "stream"}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("changes %q, want %q", got, want)
+	}
+}
+
+func BenchmarkClassOf(b *testing.B) {
+	req, _ := http.NewRequest(http.MethodGet, "http://h/api/v1/namespaces/ns/pods/web-7d9f?watch=1&resourceVersion=12", nil)
+	req.Header.Set("Accept", "application/json")
+	for b.Loop() {
+		classOf(req, http.MethodGet)
 	}
 }
