@@ -1049,6 +1049,35 @@ func TestProbeLateBody(t *testing.T) {
 	}
 }
 
+// TestInMemory: the request bodies whose head goes out with them are
+// those net/http's isKnownInMemoryReader knows, bare or through
+// io.NopCloser; any other may block, and its head is flushed first.
+func TestInMemory(t *testing.T) {
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	tests := []struct {
+		name string
+		r    io.Reader
+		want bool
+	}{
+		{"bytes.Reader", bytes.NewReader(nil), true},
+		{"bytes.Buffer", new(bytes.Buffer), true},
+		{"strings.Reader", strings.NewReader(""), true},
+		{"NopCloser(bytes.Reader)", io.NopCloser(bytes.NewReader(nil)), true},
+		{"NopCloser(bytes.Buffer)", io.NopCloser(new(bytes.Buffer)), true},
+		{"NopCloser(strings.Reader)", io.NopCloser(strings.NewReader("")), true},
+		{"NopCloser(NopCloser(strings.Reader))", io.NopCloser(io.NopCloser(strings.NewReader(""))), true},
+		{"pipe", pr, false},
+		{"NopCloser(pipe)", io.NopCloser(pr), false},
+		{"a wrapper", onlyReader{strings.NewReader("")}, false},
+	}
+	for _, tt := range tests {
+		if got := inMemory(tt.r); got != tt.want {
+			t.Errorf("inMemory(%s) = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
 // TestLegacyRequestCancel closes the deprecated Request.Cancel channel of
 // requests sent with a context that is never cancelled, at each stage, and
 // compares the errors with net/http's; the watch of the channel ends with

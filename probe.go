@@ -1,8 +1,11 @@
 package pipelined
 
 import (
+	"bytes"
 	"io"
 	"net/http"
+	"reflect"
+	"strings"
 	"time"
 )
 
@@ -102,3 +105,27 @@ func (o *oneByte) Read(p []byte) (int, error) {
 type errReader struct{ err error }
 
 func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+// The types io.NopCloser returns, which http.NewRequest wraps in-memory
+// bodies in.
+var (
+	nopCloserType         = reflect.TypeOf(io.NopCloser(nil))
+	nopCloserWriterToType = reflect.TypeOf(io.NopCloser(struct {
+		io.Reader
+		io.WriterTo
+	}{}))
+)
+
+// inMemory reports whether r is one of the standard library's in-memory
+// readers, bare or wrapped by io.NopCloser: reading it never blocks. It
+// is net/http's isKnownInMemoryReader.
+func inMemory(r io.Reader) bool {
+	switch r.(type) {
+	case *bytes.Reader, *bytes.Buffer, *strings.Reader:
+		return true
+	}
+	if t := reflect.TypeOf(r); t == nopCloserType || t == nopCloserWriterToType {
+		return inMemory(reflect.ValueOf(r).Field(0).Interface().(io.Reader))
+	}
+	return false
+}

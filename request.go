@@ -557,7 +557,11 @@ func writeRequest(w *bufio.Writer, lw *limitWriter, r *request, body io.ReadClos
 	if err != nil || body == nil {
 		return err
 	}
-	if flushHead {
+	// As net/http (transferWriter.FlushHeaders, golang/go#22088): a body
+	// not already in memory may block until its caller has read some of
+	// the response (a pipe of a full-duplex exchange), so the head goes
+	// out before it is copied; one in memory goes out with it.
+	if flushHead || !inMemory(body) {
 		if err := w.Flush(); err != nil {
 			return err
 		}

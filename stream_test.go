@@ -466,3 +466,100 @@ func TestFixedPolicyPlacement(t *testing.T) {
 		t.Errorf("placements %v, want two connections filled to depth 4 in turn", want)
 	}
 }
+
+// TestFullDuplexBodyWrittenLater: a request body that is a stream its
+// caller writes only after reading the first bytes of the response (a
+// full-duplex echo, a client stream over HTTP/1.1) starts at once, as with
+// net/http: the request head reaches the server before the body is
+// copied, on a new connection and on a reused one, chunked or of a
+// declared length. net/http's Transport runs the same rows.
+func TestFullDuplexBodyWrittenLater(t *testing.T) {
+	verifyNoLeaks(t)
+	const ping = "ping\n"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			io.WriteString(w, "warm")
+			return
+		}
+		rc := http.NewResponseController(w)
+		rc.EnableFullDuplex()
+		io.WriteString(w, "hello\n")
+		rc.Flush()
+		br := bufio.NewReader(r.Body)
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			io.WriteString(w, "echo "+line)
+			rc.Flush()
+		}
+	}))
+	defer srv.Close()
+	tests := []struct {
+		name   string
+		warm   string // a request sent first on the connection: "", "GET" or "POST"
+		length int64  // the body's declared length; 0: chunked
+	}{
+		{"new connection, chunked", "", 0},
+		{"new connection, declared length", "", int64(len(ping))},
+		{"reused after a GET, chunked", "GET", 0},
+		{"reused after a GET, declared length", "GET", int64(len(ping))},
+		{"reused after a POST, chunked", "POST", 0},
+	}
+	for _, rt := range []struct {
+		name string
+		new  func() http.RoundTripper
+	}{
+		{"pipelined", func() http.RoundTripper { return NewTransport(TransportOptions{}) }},
+		{"net/http", func() http.RoundTripper { return &http.Transport{} }},
+	} {
+		for _, tt := range tests {
+			t.Run(rt.name+"/"+tt.name, func(t *testing.T) {
+				tr := rt.new()
+				defer tr.(interface{ CloseIdleConnections() }).CloseIdleConnections()
+				if c, ok := tr.(*Transport); ok {
+					defer c.Close()
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				switch tt.warm {
+				case "GET":
+					if _, err := getBody(ctx, tr, srv.URL); err != nil {
+						t.Fatal(err)
+					}
+				case "POST":
+					req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, strings.NewReader(ping))
+					resp, err := tr.RoundTrip(req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got := readBody(t, resp); got != "hello\necho "+ping {
+						t.Fatalf("warm-up POST = %q", got)
+					}
+				}
+				pr, pw := io.Pipe()
+				defer pw.Close()
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, pr)
+				req.ContentLength = tt.length
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					t.Fatalf("RoundTrip with the body unwritten: %v", err)
+				}
+				defer resp.Body.Close()
+				br := bufio.NewReader(resp.Body)
+				if line, err := br.ReadString('\n'); line != "hello\n" {
+					t.Fatalf("first line = %q, %v; want %q", line, err, "hello\n")
+				}
+				io.WriteString(pw, ping)
+				if line, err := br.ReadString('\n'); line != "echo "+ping {
+					t.Fatalf("echo = %q, %v; want %q", line, err, "echo "+ping)
+				}
+				pw.Close()
+				if rest, err := io.ReadAll(br); err != nil || len(rest) != 0 {
+					t.Errorf("after the body ended: %q, %v", rest, err)
+				}
+			})
+		}
+	}
+}
