@@ -209,10 +209,6 @@ func hostOf(addr string) string {
 
 var defaultDialer = &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 
-// errTLSHandshakeTimeout is returned when TLSHandshakeTimeout expires. Its
-// wording is net/http's, prefixed.
-var errTLSHandshakeTimeout = &timeoutError{"pipelined: TLS handshake timeout"}
-
 // connectTimeout bounds a CONNECT exchange with a proxy, as in net/http.
 const connectTimeout = time.Minute
 
@@ -384,12 +380,12 @@ func (t *Transport) addTLS(ctx context.Context, conn net.Conn, serverName string
 	hctx := ctx
 	if d := t.opts.TLSHandshakeTimeout; d > 0 {
 		var cancel context.CancelFunc
-		hctx, cancel = context.WithTimeoutCause(ctx, d, errTLSHandshakeTimeout)
+		hctx, cancel = context.WithTimeoutCause(ctx, d, ErrTLSHandshakeTimeout)
 		defer cancel()
 	}
 	err := handshake(hctx, tc)
-	if err != nil && context.Cause(hctx) == errTLSHandshakeTimeout {
-		err = errTLSHandshakeTimeout
+	if err != nil && context.Cause(hctx) == ErrTLSHandshakeTimeout {
+		err = ErrTLSHandshakeTimeout
 	}
 	if err != nil {
 		conn.Close()
@@ -417,8 +413,8 @@ func handshake(ctx context.Context, tc *tls.Conn) error {
 			st = tc.ConnectionState()
 		}
 		terr := err
-		if terr != nil && context.Cause(ctx) == errTLSHandshakeTimeout {
-			terr = errTLSHandshakeTimeout
+		if terr != nil && context.Cause(ctx) == ErrTLSHandshakeTimeout {
+			terr = ErrTLSHandshakeTimeout
 		}
 		trace.TLSHandshakeDone(st, terr)
 	}

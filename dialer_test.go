@@ -546,8 +546,8 @@ func TestTLSHandshakeTimeout(t *testing.T) {
 		t.Errorf("errors.Is(%v, context.DeadlineExceeded) = false, want true", err)
 	}
 	tt.mu.Lock()
-	if len(tt.dones) != 1 || tt.dones[0] != errTLSHandshakeTimeout {
-		t.Errorf("TLSHandshakeDone errors = %v, want [%v]", tt.dones, errTLSHandshakeTimeout)
+	if len(tt.dones) != 1 || tt.dones[0] != ErrTLSHandshakeTimeout {
+		t.Errorf("TLSHandshakeDone errors = %v, want [%v]", tt.dones, ErrTLSHandshakeTimeout)
 	}
 	tt.mu.Unlock()
 	if s := tr.Stats()["https://"+addr]; s.Dialing != 0 || s.Open != 0 {

@@ -81,6 +81,20 @@ func (e *ConnError) Error() string {
 	return "pipelined: connection failed: " + e.Err.Error()
 }
 
+// Timeout reports whether the cause is a time limit that expired (a
+// net.Error whose Timeout reports true, such as
+// [ErrResponseHeaderTimeout]). With Temporary, it makes a ConnError a
+// net.Error, so that an http.Client's *url.Error, which asks only the
+// error it wraps, reports a timeout as it does with net/http.
+func (e *ConnError) Timeout() bool { return isTimeout(e.Err) }
+
+// Temporary reports what the cause's Temporary method does, false if it
+// has none. Like net.Error's, it is deprecated: use Timeout.
+func (e *ConnError) Temporary() bool {
+	var t interface{ Temporary() bool }
+	return errors.As(e.Err, &t) && t.Temporary()
+}
+
 // Unwrap returns the underlying cause and, for a request that was written,
 // [ErrServerClosed].
 func (e *ConnError) Unwrap() []error {
@@ -90,9 +104,22 @@ func (e *ConnError) Unwrap() []error {
 	return []error{e.Err}
 }
 
-// timeoutError is returned when ResponseHeaderTimeout or TLSHandshakeTimeout
-// expires. Like net/http's, it is a net.Error whose Timeout method reports
-// true, and it matches context.DeadlineExceeded.
+// ErrResponseHeaderTimeout is the cause of a request's failure when
+// ResponseHeaderTimeout expired before its response headers arrived. Like
+// net/http's, it is a net.Error whose Timeout method reports true, and it
+// matches context.DeadlineExceeded. RoundTrip returns it in a
+// [*ConnError], which reports the same Timeout.
+var ErrResponseHeaderTimeout error = &timeoutError{"pipelined: timeout awaiting response headers"}
+
+// ErrTLSHandshakeTimeout is returned when TLSHandshakeTimeout expires
+// before a dial's TLS handshake ends. Like net/http's, it is a net.Error
+// whose Timeout method reports true; it also matches
+// context.DeadlineExceeded.
+var ErrTLSHandshakeTimeout error = &timeoutError{"pipelined: TLS handshake timeout"}
+
+// timeoutError is a time limit of the transport that expired: a net.Error
+// whose Timeout method reports true, which matches
+// context.DeadlineExceeded.
 type timeoutError struct{ msg string }
 
 func (e *timeoutError) Error() string   { return e.msg }
@@ -101,5 +128,3 @@ func (e *timeoutError) Temporary() bool { return true }
 func (e *timeoutError) Is(err error) bool {
 	return err == context.DeadlineExceeded
 }
-
-var errResponseHeaderTimeout = &timeoutError{"pipelined: timeout awaiting response headers"}

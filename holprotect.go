@@ -561,7 +561,7 @@ func isPipelineFailure(err error) bool {
 	switch {
 	case err == nil, errors.Is(err, ErrTransportClosed), err == errConnClosing, err == errIdleClosed,
 		err == errIdleTimeout, err == errClosedIdle, err == errDrainTooLong, err == errUpgraded,
-		err == errResponseHeaderTimeout, isTimeout(err):
+		err == ErrResponseHeaderTimeout, isTimeout(err):
 		return false
 	}
 	var fe *FramingError

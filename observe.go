@@ -64,7 +64,7 @@ func closeReason(err error, retired CloseReason) CloseReason {
 		return CloseTransportClosed
 	case err == errUpgraded:
 		return CloseUpgraded
-	case err == errResponseHeaderTimeout:
+	case err == ErrResponseHeaderTimeout:
 		return CloseError // it matches context.DeadlineExceeded too
 	case err == errUnwanted, err == errDrainTooLong, err == errRequestCanceled,
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

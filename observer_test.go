@@ -155,7 +155,7 @@ func TestCloseReason(t *testing.T) {
 		{context.DeadlineExceeded, 0, CloseCanceled},
 		{errRequestCanceled, 0, CloseCanceled}, // Request.Cancel
 		{errDrainTooLong, 0, CloseCanceled},
-		{errResponseHeaderTimeout, 0, CloseError},
+		{ErrResponseHeaderTimeout, 0, CloseError},
 		{errIdleClosed, 0, CloseServer},
 		{errIdleTimeout, CloseIdleTimeout, CloseIdleTimeout},
 		{errKeepAliveTimeout, CloseKeepAliveEnd, CloseKeepAliveEnd},

@@ -879,7 +879,7 @@ func (c *pconn) readResponses() error {
 func (c *pconn) readOne(a *attempt, peekErr error, direct bool) error {
 	if peekErr != nil {
 		if c.disarm(a) && isTimeout(peekErr) {
-			return errResponseHeaderTimeout
+			return ErrResponseHeaderTimeout
 		}
 		return peekErr
 	}
@@ -891,7 +891,7 @@ func (c *pconn) readOne(a *attempt, peekErr error, direct bool) error {
 	c.holStop()
 	if err != nil {
 		if armed && isTimeout(err) {
-			return errResponseHeaderTimeout
+			return ErrResponseHeaderTimeout
 		}
 		return err
 	}
@@ -1679,7 +1679,7 @@ func (c *pconn) detach() {
 func isFinalError(err error) bool {
 	var fe *FramingError
 	var he *headerTooLargeError
-	return errors.As(err, &fe) || errors.As(err, &he) || err == errResponseHeaderTimeout ||
+	return errors.As(err, &fe) || errors.As(err, &he) || err == ErrResponseHeaderTimeout ||
 		errors.Is(err, ErrTransportClosed)
 }
 

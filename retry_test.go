@@ -420,7 +420,7 @@ func TestQuietClosed(t *testing.T) {
 		{err: eof, unanswered: 1, answered: 1, headIdle: true, want: true},                   // written as the close came
 		{err: eof, unanswered: 2, answered: 1, headIdle: false, want: false},                 // pipelined: the depth fallback's
 		{err: eof, unanswered: 1, answered: 1, headIdle: true, idle: time.Second, want: false},
-		{err: errResponseHeaderTimeout, unanswered: 1, answered: 1, headIdle: true, want: false},
+		{err: ErrResponseHeaderTimeout, unanswered: 1, answered: 1, headIdle: true, want: false},
 		{err: errIdleClosed, answered: 0, want: false}, // closed before its first request
 		{err: eof, unanswered: 1, answered: 0, headIdle: true, want: false},
 	} {

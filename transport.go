@@ -113,8 +113,9 @@ type TransportOptions struct {
 	// oldest unanswered request on its connection. (net/http starts the
 	// timer when the request is written; on a pipelined connection that
 	// would count the time spent behind earlier responses.) On expiry the
-	// connection is closed and RoundTrip returns a net.Error whose Timeout
-	// method reports true.
+	// connection is closed and RoundTrip fails with [ErrResponseHeaderTimeout]
+	// (in a [*ConnError]): a net.Error whose Timeout method reports true,
+	// through an http.Client's *url.Error too, as with net/http.
 	//
 	// Default: none. net/http: Transport.ResponseHeaderTimeout, timed from
 	// the write.
@@ -283,8 +284,8 @@ type TransportOptions struct {
 	TLSClientConfig *tls.Config
 
 	// TLSHandshakeTimeout, if non-zero, limits the time spent on a TLS
-	// handshake. On expiry the dial fails with a net.Error whose Timeout
-	// method reports true ("pipelined: TLS handshake timeout"). Zero means
+	// handshake. On expiry the dial fails with [ErrTLSHandshakeTimeout], a
+	// net.Error whose Timeout method reports true. Zero means
 	// no limit other than DialContext's (http.DefaultTransport uses 10 s).
 	//
 	// Default: none. net/http: Transport.TLSHandshakeTimeout, same
