@@ -493,7 +493,12 @@ func (t *Transport) connectTunnel(ctx context.Context, conn net.Conn, key poolKe
 		}
 	}
 	if !stop() { // cctx ended during the exchange
-		return fmt.Errorf("pipelined: CONNECT to proxy %s: %w", key.proxyAddr, cctx.Err())
+		if err := cctx.Err(); err != context.DeadlineExceeded {
+			return fmt.Errorf("pipelined: CONNECT to proxy %s: %w", key.proxyAddr, err)
+		}
+		// A timeout, as net/http's (context.DeadlineExceeded, bare): a
+		// net.Error itself, so that a *url.Error reports it.
+		return &timeoutError{fmt.Sprintf("pipelined: CONNECT to proxy %s: %v", key.proxyAddr, context.DeadlineExceeded)}
 	}
 	if err != nil {
 		return err

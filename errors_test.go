@@ -5,12 +5,15 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -263,4 +266,44 @@ func getErr(ctx context.Context, c *http.Client, url string) error {
 		return err
 	}
 	return doErr(c, req)
+}
+
+// TestTimerProxyConnectTimeout: a proxy that never answers a CONNECT fails
+// the dial after a minute, as with net/http, with a timeout that reads as
+// one through RoundTrip and through an http.Client (TestTimeoutErrors has
+// the other timeouts).
+func TestTimerProxyConnectTimeout(t *testing.T) {
+	for _, pipelined := range []bool{false, true} {
+		for _, via := range []string{"RoundTrip", "Client"} {
+			t.Run(fmt.Sprintf("pipelined %v, %s", pipelined, via), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					proxy := &memServer{handle: func(_ int, _ net.Conn, br *bufio.Reader) { io.Copy(io.Discard, br) }}
+					ht := &http.Transport{
+						Proxy:       http.ProxyURL(&url.URL{Scheme: "http", Host: "proxy.test:8080"}),
+						DialContext: proxy.dial,
+					}
+					var rt http.RoundTripper = ht
+					if pipelined {
+						p := NewTransport(OptionsFrom(ht))
+						defer p.Close()
+						rt = p
+					} else {
+						defer ht.CloseIdleConnections()
+					}
+					c := &http.Client{Transport: rt}
+					if via == "RoundTrip" {
+						c.Transport = unwrapped{rt}
+					}
+					err := getErr(context.Background(), c, "https://example.com/")
+					var ne net.Error
+					if !errors.As(err, &ne) || !ne.Timeout() {
+						t.Errorf("error %q (%T): not a net.Error whose Timeout reports true", err, err)
+					}
+					if !errors.Is(err, context.DeadlineExceeded) {
+						t.Errorf("errors.Is(%q, context.DeadlineExceeded) = false, want true", err)
+					}
+				})
+			})
+		}
+	}
 }
