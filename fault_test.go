@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -839,4 +840,223 @@ func TestPipelineFallback(t *testing.T) {
 		t.Errorf("%d of 32 requests failed at depth 1, want 0", n)
 	}
 	tr.Close()
+}
+
+// faultyProxy is a TCP proxy to a backend that makes the network between
+// them faulty, as toxiproxy's toxics do: every piece of data it passes on,
+// in either direction, waits 0-20 ms and then goes out one byte per write,
+// and a connection, with probability reset, is reset (an RST to the
+// client) after a few bytes, 1 to 300, of what one side sends: the
+// backend's answers, or with toServer the client's requests. It counts
+// the connections it accepts.
+type faultyProxy struct {
+	ln       net.Listener
+	addr     string
+	conns    atomic.Int64
+	reset    float64
+	toServer bool
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	open     map[net.Conn]struct{} // nil once closed
+}
+
+func newFaultyProxy(t *testing.T, backend string, reset float64, toServer bool, seed uint64) *faultyProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &faultyProxy{ln: ln, addr: ln.Addr().String(), reset: reset, toServer: toServer, open: make(map[net.Conn]struct{})}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			n := p.conns.Add(1)
+			p.wg.Add(1)
+			go func() {
+				defer p.wg.Done()
+				p.serve(c, backend, rand.New(rand.NewPCG(seed, uint64(n))))
+			}()
+		}
+	}()
+	t.Cleanup(p.close)
+	return p
+}
+
+// track adds c to the open connections (on) or removes it; it reports
+// false if the proxy is closed.
+func (p *faultyProxy) track(c net.Conn, on bool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.open == nil {
+		return false
+	}
+	if on {
+		p.open[c] = struct{}{}
+	} else {
+		delete(p.open, c)
+	}
+	return true
+}
+
+func (p *faultyProxy) close() {
+	p.ln.Close()
+	p.mu.Lock()
+	for c := range p.open {
+		c.Close()
+	}
+	p.open = nil
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+func (p *faultyProxy) serve(c net.Conn, backend string, rng *rand.Rand) {
+	defer c.Close()
+	if !p.track(c, true) {
+		return
+	}
+	defer p.track(c, false)
+	b, err := net.Dial("tcp", backend)
+	if err != nil {
+		return
+	}
+	defer b.Close()
+	if !p.track(b, true) {
+		return
+	}
+	defer p.track(b, false)
+	up, down := int64(-1), int64(-1)
+	if rng.Float64() < p.reset {
+		if p.toServer {
+			up = 1 + rng.Int64N(300)
+		} else {
+			down = 1 + rng.Int64N(300)
+		}
+	}
+	resetClient := func() {
+		if tc, ok := c.(*net.TCPConn); ok {
+			tc.SetLinger(0)
+		}
+		c.Close()
+	}
+	upSeed, downSeed := rng.Uint64(), rng.Uint64()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if faultyPass(b, c, up, upSeed) {
+			resetClient()
+		}
+		b.Close()
+	}()
+	if faultyPass(c, b, down, downSeed) {
+		resetClient()
+	}
+	c.Close()
+	wg.Wait()
+}
+
+// faultyPass copies src to dst a byte per write, each piece read from src
+// delayed 0-20 ms. With limit >= 0, it stops after limit bytes and reports
+// true.
+func faultyPass(dst, src net.Conn, limit int64, seed uint64) bool {
+	rng := rand.New(rand.NewPCG(seed, seed^1))
+	buf := make([]byte, 4096)
+	var n int64
+	for {
+		m, err := src.Read(buf)
+		if m > 0 {
+			time.Sleep(time.Duration(rng.Int64N(int64(20 * time.Millisecond))))
+			for i := range m {
+				if n == limit {
+					return true
+				}
+				if _, err := dst.Write(buf[i : i+1]); err != nil {
+					return false
+				}
+				n++
+			}
+		}
+		if err != nil {
+			return false
+		}
+	}
+}
+
+// TestFaultyNetworkDials: through a network that resets connections after
+// a few bytes, splits writes into single bytes and delays them (a
+// faultyProxy), the transport dials about as many connections as net/http
+// does for the same mixed GETs and POSTs, whether the resets cut answers
+// or requests. Such resets come at random counts of answers, often twice
+// in a row at the same one, and were taken for a server that closes every
+// connection after that many (quietClosed): a budget of 1 request per
+// connection, a dial per request (some 400 dials where net/http made 21).
+// The bound allows net/http's count twice over, and one connection per
+// caller more: the connections retired when such a budget is learned
+// before an answer disproves it.
+func TestFaultyNetworkDials(t *testing.T) {
+	verifyNoLeaks(t)
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		io.WriteString(w, r.URL.Path)
+	}))
+	defer backend.Close()
+	const n, postEvery, conc = 330, 11, 16 // 300 GETs, 30 POSTs
+	run := func(t *testing.T, rt http.RoundTripper, toServer bool) (dials int64) {
+		proxy := newFaultyProxy(t, backend.Listener.Addr().String(), 0.3, toServer, 1)
+		defer proxy.close()
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range conc {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					i := int(next.Add(1) - 1)
+					if i >= n || ctx.Err() != nil {
+						return
+					}
+					path := "/" + strconv.Itoa(i)
+					req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+proxy.addr+path, nil)
+					if i%postEvery == 0 {
+						req, _ = http.NewRequestWithContext(ctx, http.MethodPost, "http://"+proxy.addr+path, strings.NewReader("payload"))
+					}
+					resp, err := rt.RoundTrip(req)
+					if err != nil {
+						continue // the faults fail some requests, with either transport
+					}
+					body, err := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if err == nil && string(body) != path {
+						t.Errorf("%s %s: body %q", req.Method, path, body)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if ctx.Err() != nil {
+			t.Fatal("load did not finish within its bound")
+		}
+		return proxy.conns.Load()
+	}
+	for _, toServer := range []bool{false, true} {
+		t.Run(fmt.Sprintf("resets cut requests %v", toServer), func(t *testing.T) {
+			ht := &http.Transport{MaxIdleConnsPerHost: conc} // no dials for its idle limit
+			want := run(t, ht, toServer)
+			ht.CloseIdleConnections()
+			tr := NewTransport(TransportOptions{})
+			got := run(t, tr, toServer)
+			tr.Close()
+			t.Logf("dials: net/http %d, pipelined %d", want, got)
+			if got > 2*want+conc {
+				t.Errorf("pipelined dialed %d connections, net/http %d: want at most %d", got, want, 2*want+conc)
+			}
+		})
+	}
 }

@@ -75,6 +75,12 @@ type pconn struct {
 	dead         bool
 	cause        error // the first fail's error: why the connection ends
 
+	// headCut: the head of fifo failed once bytes of its answer had come
+	// (readOne), so that the connection ended within an answer, not
+	// between two (hostPool.ended, quietClosed). Set by the holder of the
+	// read turn, read by fail.
+	headCut atomic.Bool
+
 	closeOnce sync.Once
 	closed    chan struct{} // closed when conn is closed
 
@@ -366,8 +372,10 @@ type connEvents interface {
 	// ended with err, with unanswered requests written on it after
 	// answered responses; headIdle: the oldest of them was written on
 	// the connection while nothing was in flight (not pipelined);
-	// headSlow: it had waited past the head-of-line timeout.
-	ended(c *pconn, err error, unanswered, answered int, headIdle, headSlow bool)
+	// headSlow: it had waited past the head-of-line timeout; headCut: its
+	// answer had begun to arrive (the connection ended within an answer,
+	// not between two).
+	ended(c *pconn, err error, unanswered, answered int, headIdle, headSlow, headCut bool)
 }
 
 func newPconn(t *Transport, ev connEvents, conn net.Conn, state *tls.ConnectionState) *pconn {
@@ -893,6 +901,7 @@ func (c *pconn) readOne(a *attempt, peekErr error, direct bool) error {
 		if armed && isTimeout(err) {
 			return ErrResponseHeaderTimeout
 		}
+		c.headCut.Store(true) // bytes of the answer came: an end now cuts it
 		return err
 	}
 	c.mu.Lock()
@@ -1642,7 +1651,8 @@ func (c *pconn) fail(err error) {
 		inFlight = max(inFlight, 2)
 	}
 	headIdle := len(unanswered) > 0 && !unanswered[0].behind
-	c.ev.ended(c, err, inFlight, answered, headIdle, headSlow)
+	headCut := headUnanswered && c.headCut.Load()
+	c.ev.ended(c, err, inFlight, answered, headIdle, headSlow, headCut)
 	for i, a := range unanswered {
 		a.deliver(result{err: &ConnError{
 			Err:     err,
@@ -1671,7 +1681,7 @@ func (c *pconn) detach() {
 	c.mu.Lock()
 	c.dead = true
 	c.mu.Unlock()
-	c.ev.ended(c, errUpgraded, 0, 0, false, false)
+	c.ev.ended(c, errUpgraded, 0, 0, false, false, false)
 }
 
 // isFinalError reports whether a request whose response failed with err

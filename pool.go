@@ -54,6 +54,11 @@ type hostPool struct {
 	// the server announced (Connection: close), which a connection that
 	// served it without a close forgets (responseDone).
 	budgetUntil time.Time
+	// noQuietUntil: a budget learned from unannounced closes proved
+	// wrong (a connection answered more), so that those closes are not
+	// the server's doing (a faulty network's resets): none is learned
+	// again until then (quietBudgetFor after).
+	noQuietUntil time.Time
 	// closeAt is the count at which the server last closed a connection
 	// it announced closing (Connection: close) with requests written
 	// behind; seen twice in a row, it becomes the budget.
@@ -468,9 +473,14 @@ const quietBudgetFor = time.Minute
 // two requests that came in one read, and closes; on connections that
 // begin alike, two in a row may match): the depth fallback deals with it
 // (notePipelineFailure), and a server that does close after n answers is
-// learned at depth 1 then.
-func quietClosed(err error, unanswered, answered int, headIdle bool, idle time.Duration) bool {
-	if answered == 0 || idle >= quickClose {
+// learned at depth 1 then. Nor does an end within an answer (headCut: some
+// of it came): such a server answers n and closes before it begins the
+// next, and a network that resets connections after a few bytes (a faulty
+// link or middlebox) cuts answers at random, often twice in a row at the
+// same count, which made a budget of 1 and a dial per request (363 dials
+// where net/http made 21, TestFaultyNetworkDials).
+func quietClosed(err error, unanswered, answered int, headIdle, headCut bool, idle time.Duration) bool {
+	if answered == 0 || headCut || idle >= quickClose {
 		return false
 	}
 	if err == errIdleClosed {
@@ -607,6 +617,17 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers bool) err
 		p.noteBodyLocked(a.chunkedLen)
 	}
 	s.served++
+	// A connection that answered more than a count at which others
+	// closed without notice shows that count is not the server's budget
+	// (quietClosed): a server that keeps one closes every connection at
+	// it.
+	if p.quietClose > 0 && s.served > p.quietClose {
+		p.quietClose = 0
+	}
+	if !p.budgetUntil.IsZero() && s.served > p.budget {
+		p.budget, p.budgetUntil = 0, time.Time{}
+		p.noQuietUntil = time.Now().Add(quietBudgetFor)
+	}
 	s.lastNoBody = a.noBody
 	if s.inflight == 0 {
 		s.probeDrain = false
@@ -753,7 +774,7 @@ func (p *hostPool) removed(c *pconn) {
 	p.mu.Unlock()
 }
 
-func (p *hostPool) ended(c *pconn, err error, unanswered, answered int, headIdle, headSlow bool) {
+func (p *hostPool) ended(c *pconn, err error, unanswered, answered int, headIdle, headSlow, headCut bool) {
 	if unanswered > 0 {
 		p.notePipelineFailure(err, unanswered, headIdle, headSlow)
 	}
@@ -761,7 +782,7 @@ func (p *hostPool) ended(c *pconn, err error, unanswered, answered int, headIdle
 	p.ending--
 	p.addrEndLocked(c, err, unanswered, answered)
 	var spent []*pconn
-	if quietClosed(err, unanswered, answered, headIdle, time.Since(c.s.idleSince)) && !c.s.lastNoBody {
+	if quietClosed(err, unanswered, answered, headIdle, headCut, time.Since(c.s.idleSince)) && !c.s.lastNoBody {
 		// A server (or a proxy) that closes each connection after a
 		// fixed number of requests without saying so: seen twice, that
 		// number becomes the host's budget for quietBudgetFor, so that
@@ -770,7 +791,7 @@ func (p *hostPool) ended(c *pconn, err error, unanswered, answered int, headIdle
 		// 204, 304) may be the server's response to that answer
 		// (waitress closes after a HEAD whose application wrote no body,
 		// which it takes for a short one): not counted.
-		if p.quietClose == answered && (p.budget == 0 || answered < p.budget) {
+		if p.quietClose == answered && (p.budget == 0 || answered < p.budget) && time.Now().After(p.noQuietUntil) {
 			p.budget, p.budgetUntil = answered, time.Now().Add(quietBudgetFor)
 			spent = p.retireSpentLocked()
 		}

@@ -626,6 +626,69 @@ func TestQuietBudgetExpires(t *testing.T) {
 	}
 }
 
+// TestQuietCountDisproved: a connection that answers more than a count at
+// which others closed without notice disproves it: a server that keeps a
+// budget closes every connection at it. A candidate count (seen once) is
+// forgotten; a budget learned from such closes too, and none is learned
+// from them for quietBudgetFor after (a faulty network's resets: the
+// closes come at random counts, TestFaultyNetworkDials). An announced
+// budget has its own evidence and stays.
+func TestQuietCountDisproved(t *testing.T) {
+	tests := []struct {
+		name              string
+		quietClose        int
+		budget            int
+		quiet             bool // the budget was learned from unannounced closes
+		served            int  // the connection's answers, the one done included
+		wantQuietClose    int
+		wantBudget        int
+		wantLearnsAtCount int // a budget learned from two closes at 1 afterwards (0: none)
+	}{
+		{name: "candidate passed", quietClose: 1, served: 2, wantQuietClose: 0, wantLearnsAtCount: 1},
+		{name: "candidate reached", quietClose: 2, served: 2, wantQuietClose: 2, wantLearnsAtCount: 1},
+		{name: "quiet budget passed", quietClose: 1, budget: 1, quiet: true, served: 2, wantQuietClose: 0, wantBudget: 0},
+		{name: "quiet budget reached", quietClose: 2, budget: 2, quiet: true, served: 2, wantQuietClose: 2, wantBudget: 2, wantLearnsAtCount: 1},
+		{name: "announced budget passed", budget: 3, served: 4, wantBudget: 3, wantLearnsAtCount: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := NewTransport(TransportOptions{PipelineDepth: 8})
+			defer tr.Close()
+			p := newHostPool(tr, poolKey{})
+			p.quietClose, p.budget = tt.quietClose, tt.budget
+			if tt.quiet {
+				p.budgetUntil = time.Now().Add(quietBudgetFor)
+			}
+			c := &pconn{t: tr}
+			c.s.served, c.s.assigned, c.s.inflight = tt.served-1, tt.served+1, 2
+			p.conns = append(p.conns, c)
+			p.responseDone(c, &attempt{r: &request{pipelineable: true}}, false, false)
+			p.mu.Lock()
+			quietClose, budget := p.quietClose, p.budget
+			p.mu.Unlock()
+			if quietClose != tt.wantQuietClose || budget != tt.wantBudget {
+				t.Errorf("after answer %d: quietClose %d, budget %d; want %d, %d", tt.served, quietClose, budget, tt.wantQuietClose, tt.wantBudget)
+			}
+			// Then two connections close right after their first answer,
+			// with a request written on them.
+			for range 2 {
+				d := &pconn{t: tr}
+				d.s.idleSince = time.Now()
+				p.ended(d, io.EOF, 1, 1, true, false, false)
+			}
+			p.mu.Lock()
+			learned := 0
+			if !p.budgetUntil.IsZero() {
+				learned = p.budget
+			}
+			p.mu.Unlock()
+			if learned != tt.wantLearnsAtCount {
+				t.Errorf("budget learned from two closes at 1 afterwards: %d, want %d", learned, tt.wantLearnsAtCount)
+			}
+		})
+	}
+}
+
 // When a host's last connection goes (an idle timeout), a pool kept for
 // what it learned waits for the next burst's first answer as a new pool
 // does (firstAnswerWait): a burst of slow requests is not pipelined at

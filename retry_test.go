@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -399,13 +400,13 @@ func TestCloseNotBudget(t *testing.T) {
 	}
 }
 
-// quietClosed(err, unanswered, answered, headIdle, idle) = want.
+// quietClosed(err, unanswered, answered, headIdle, headCut, idle) = want.
 func TestQuietClosed(t *testing.T) {
 	eof := io.EOF
 	for _, tc := range []struct {
 		err                  error
 		unanswered, answered int
-		headIdle             bool
+		headIdle, headCut    bool
 		idle                 time.Duration
 		want                 bool
 	}{
@@ -423,9 +424,13 @@ func TestQuietClosed(t *testing.T) {
 		{err: ErrResponseHeaderTimeout, unanswered: 1, answered: 1, headIdle: true, want: false},
 		{err: errIdleClosed, answered: 0, want: false}, // closed before its first request
 		{err: eof, unanswered: 1, answered: 0, headIdle: true, want: false},
+		{err: io.ErrUnexpectedEOF, unanswered: 1, answered: 1, headIdle: true, headCut: true, want: false},              // within an answer
+		{err: syscall.ECONNRESET, unanswered: 1, answered: 2, headIdle: true, headCut: true, want: false},               // reset within an answer
+		{err: syscall.ECONNRESET, unanswered: 1, answered: 2, headIdle: true, want: true},                               // reset before the answer began
+		{err: framingErrorf("bad status line"), unanswered: 1, answered: 2, headIdle: true, headCut: true, want: false}, // garbage
 	} {
-		if got := quietClosed(tc.err, tc.unanswered, tc.answered, tc.headIdle, tc.idle); got != tc.want {
-			t.Errorf("quietClosed(%v, %d, %d, %v, %v) = %v, want %v", tc.err, tc.unanswered, tc.answered, tc.headIdle, tc.idle, got, tc.want)
+		if got := quietClosed(tc.err, tc.unanswered, tc.answered, tc.headIdle, tc.headCut, tc.idle); got != tc.want {
+			t.Errorf("quietClosed(%v, %d, %d, %v, %v, %v) = %v, want %v", tc.err, tc.unanswered, tc.answered, tc.headIdle, tc.headCut, tc.idle, got, tc.want)
 		}
 	}
 }
