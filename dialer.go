@@ -401,10 +401,15 @@ func (t *Transport) addTLS(ctx context.Context, conn net.Conn, serverName string
 
 // handshake runs tc's handshake under ctx, firing the TLSHandshakeStart and
 // TLSHandshakeDone hooks of the trace ctx carries.
+//
+// While a hook runs, nobody waits for the dial (firstHop.hooked): a
+// request the hook sends to the host dials its own, as with net/http,
+// instead of waiting for the dial that runs the hook.
 func handshake(ctx context.Context, tc *tls.Conn) error {
 	trace := httptrace.ContextClientTrace(ctx)
+	hop := hopOf(ctx)
 	if trace != nil && trace.TLSHandshakeStart != nil {
-		trace.TLSHandshakeStart()
+		hop.hook(trace.TLSHandshakeStart)
 	}
 	err := tc.HandshakeContext(ctx)
 	if trace != nil && trace.TLSHandshakeDone != nil {
@@ -416,7 +421,7 @@ func handshake(ctx context.Context, tc *tls.Conn) error {
 		if terr != nil && context.Cause(ctx) == ErrTLSHandshakeTimeout {
 			terr = ErrTLSHandshakeTimeout
 		}
-		trace.TLSHandshakeDone(st, terr)
+		hop.hook(func() { trace.TLSHandshakeDone(st, terr) })
 	}
 	return err
 }

@@ -508,13 +508,14 @@ func (c *pconn) unsendHeld(a *attempt) error {
 // a waiter, so that the waiter finds it resting and reads its own answer
 // too (a queue of POSTs), instead of finding it still held and leaving its
 // answer to the reader goroutine. It does nothing for the reader
-// goroutine's responses.
-func (c *pconn) directDone(a *attempt) {
+// goroutine's responses. It reports whether it passed the turn on.
+func (c *pconn) directDone(a *attempt) bool {
 	if c.directing.Load() != a || !c.directing.CompareAndSwap(a, nil) {
-		return
+		return false
 	}
 	c.endDirectWatch()
 	c.handBack(rdFree)
+	return true
 }
 
 // cancelDirect interrupts the direct read whose context's Done channel is

@@ -125,23 +125,33 @@ func (p *hostPool) observeAssigned(a *attempt) {
 }
 
 // observeWritten reports that a's request was written; Pipelined says
-// whether an earlier request was unanswered when it was.
-func (c *pconn) observeWritten(a *attempt) {
+// whether an earlier request was unanswered when it was. direct: a's
+// caller holds the read turn (direct.go), and c is held meanwhile
+// (pconn.hooked).
+func (c *pconn) observeWritten(a *attempt, direct bool) {
 	if o := c.t.opts.Observer; o != nil && o.RequestWritten != nil {
 		ev := requestEvent(a, time.Now())
 		ev.Pipelined = a.behind
-		o.RequestWritten(ev)
+		if direct {
+			c.hooked(func() { o.RequestWritten(ev) })
+		} else {
+			o.RequestWritten(ev)
+		}
 	}
 }
 
-// observeHeaders reports that a's final response head arrived.
-func (c *pconn) observeHeaders(a *attempt, status int) {
-	if o := c.t.opts.Observer; o != nil && o.RequestHeaders != nil {
-		ev := requestEvent(a, time.Now())
-		ev.Pipelined = a.behind
-		ev.Status = status
-		o.RequestHeaders(ev)
-	}
+// observeHeaders reports that a's final response head arrived, in the
+// caller's goroutine once the response was handed over, as on the HTTP/2
+// side: the connection's reader (or a caller reading its own answer)
+// holds the read turn when it reads the head, and a request the hook sent
+// to the host could wait behind the hook for it.
+//
+//go:noinline
+func observeHeaders(o *Observer, a *attempt, status int) {
+	ev := requestEvent(a, time.Now())
+	ev.Pipelined = a.behind
+	ev.Status = status
+	o.RequestHeaders(ev)
 }
 
 // observeIdle reports that c has nothing in flight any more and stays

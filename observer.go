@@ -19,7 +19,20 @@ import (
 //
 // Every hook is called:
 //   - outside every lock of the transport, so a hook may call the Transport
-//     (Stats, even RoundTrip) without deadlock;
+//     (Stats, even RoundTrip) without deadlock. A hook told of a request
+//     while that request holds its connection (RequestAssigned and
+//     ConnActive, before it is written; RequestWritten, for a request whose
+//     caller reads its own answer; ConnIdle, and ConnClosed for connections
+//     closed over MaxIdleConns, from the connection's reader) keeps the
+//     connection from new requests until it returns, as do httptrace's
+//     hooks in the same places (GotConn, the Wrote* hooks,
+//     GotFirstResponseByte, Got1xxResponse, PutIdleConn), and a dial
+//     running TLSHandshakeStart or TLSHandshakeDone is waited for by
+//     nobody: a request the hook sends to the same host goes to another
+//     connection, dialed if need be, instead of waiting behind the hook.
+//     Only where MaxConnsPerHost allows no other connection does it wait,
+//     as any request does, for one to come free (with net/http's Transport
+//     too): there, a hook must not wait for a request it sends;
 //   - in the goroutine where the event happens (the caller of RoundTrip, a
 //     connection's reader, a dial, a timer), synchronously: a hook must not
 //     block, and should do no more than update counters or hand the event
@@ -54,7 +67,10 @@ type Observer struct {
 	RequestWritten func(RequestEvent)
 
 	// RequestHeaders is called when the attempt's final response head
-	// (not a 1xx) has been read; Status is set.
+	// (not a 1xx) has been read, once it is handed to the caller (as for
+	// HTTP/2): in the caller's goroutine, or the goroutine of a copy's
+	// (ResendHedge); Status is set. An attempt whose answer nobody took
+	// (its caller gave up, or its copy's answer came first) reports none.
 	RequestHeaders func(RequestEvent)
 
 	// RequestDone is called once per request that was queued, just before

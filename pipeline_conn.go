@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/netip"
 	"runtime"
 	"sync"
@@ -348,8 +349,9 @@ type connEvents interface {
 	gotHeaders(c *pconn, a *attempt, closing, bounded bool)
 	// responseDone: a's response was read in full (with its headers, if
 	// headers is true). It returns why the connection is closed after it,
-	// or nil if the connection is kept.
-	responseDone(c *pconn, a *attempt, closing, headers bool) error
+	// or nil if the connection is kept. hold: the connection is held
+	// (hold) from then on, until the caller releases it.
+	responseDone(c *pconn, a *attempt, closing, headers, hold bool) error
 	// streaming: the head's body, a's, has no end in sight; nothing new
 	// may be placed behind it until responseDone.
 	streaming(c *pconn, a *attempt)
@@ -365,6 +367,11 @@ type connEvents interface {
 	lateHead(c *pconn, a *attempt)
 	// retire: the connection takes no new request.
 	retire(c *pconn)
+	// hold: a hook of the user's runs while the connection's read turn or
+	// write token is held (on), or has returned (off): meanwhile the
+	// connection takes no new request (sched.held), so that a request the
+	// hook sends does not wait for the hook (pconn.hooked).
+	hold(c *pconn, on bool)
 	// removed: the connection is closed or detached: it leaves the
 	// pool's list at once.
 	removed(c *pconn)
@@ -545,13 +552,13 @@ func (c *pconn) send(a *attempt) error {
 		// Full duplex: the response may come (and be returned) while the
 		// body is still being written, as with net/http.
 		a.writeDone = make(chan struct{})
-		go c.write(a, body)
+		go c.write(a, body, false)
 		return nil
 	}
 	if held {
 		return c.writeHeld(a, body)
 	}
-	c.write(a, body)
+	c.write(a, body, direct)
 	if direct {
 		c.startDirect(a)
 		c.readDirect(a)
@@ -560,7 +567,9 @@ func (c *pconn) send(a *attempt) error {
 }
 
 // write writes a's request, holding the write token, and releases it.
-func (c *pconn) write(a *attempt, body io.ReadCloser) {
+// direct: a's caller holds the read turn (direct.go), to read the answer
+// once the request is written.
+func (c *pconn) write(a *attempt, body io.ReadCloser, direct bool) {
 	r := a.r
 	var cancelled bool
 	stop := noStop
@@ -591,6 +600,12 @@ func (c *pconn) write(a *attempt, body io.ReadCloser) {
 		// read. Nothing else is ever written on this connection.
 		tunnel, body = body, nil
 	}
+	// The hooks told of the write run with the write token held: the
+	// connection is held meanwhile (hooked).
+	hold := writeHooked(r.trace)
+	if hold {
+		c.ev.hold(c, true)
+	}
 	werr := writeRequest(c.bw, &c.lw, r, body, c.waitForContinue(a))
 	if a.together {
 		a.wireEnd.Store(c.wc.written() + int64(c.bw.Buffered()))
@@ -599,6 +614,9 @@ func (c *pconn) write(a *attempt, body io.ReadCloser) {
 		// As net/http: once written to the buffer, before the flush, so
 		// that it always precedes GotFirstResponseByte.
 		t.WroteRequest(httptraceWroteRequest(werr))
+	}
+	if hold {
+		c.ev.hold(c, false)
 	}
 	// A pipelineable request is flushed by the last of the writers that
 	// queue up behind one another (see flushSoon); others at once.
@@ -633,8 +651,14 @@ func (c *pconn) write(a *attempt, body io.ReadCloser) {
 	if tunnel != nil {
 		go c.copyTunnel(tunnel)
 	}
-	c.observeWritten(a)
+	c.observeWritten(a, direct)
 	c.armHeaderTimeout(a)
+}
+
+// writeHooked reports whether trace has a hook told of a request's write
+// (WroteHeaderField, WroteHeaders, Wait100Continue, WroteRequest).
+func writeHooked(t *httptrace.ClientTrace) bool {
+	return t != nil && (t.WroteHeaderField != nil || t.WroteHeaders != nil || t.Wait100Continue != nil || t.WroteRequest != nil)
 }
 
 // writeFailed settles a failed write of a's request.
@@ -892,9 +916,9 @@ func (c *pconn) readOne(a *attempt, peekErr error, direct bool) error {
 		return peekErr
 	}
 	if t := a.r.trace; t != nil && t.GotFirstResponseByte != nil && a.state.Load() == attemptWaiting {
-		t.GotFirstResponseByte()
+		c.hooked(t.GotFirstResponseByte)
 	}
-	resp, f, err := readResponseHead(c.br, a.r.method, c.t.opts.MaxResponseHeaderBytes, interimHook(a))
+	resp, f, err := readResponseHead(c.br, a.r.method, c.t.opts.MaxResponseHeaderBytes, c.interimHook(a))
 	armed := c.disarm(a)
 	c.holStop()
 	if err != nil {
@@ -929,7 +953,6 @@ func (c *pconn) readOne(a *attempt, peekErr error, direct bool) error {
 	}
 	resp.Request = a.r.req
 	resp.TLS = c.tls
-	c.observeHeaders(a, resp.StatusCode)
 	a.finalContinue(resp)
 	// RFC 9110 §15.2.2: a 101 names the protocol it switches to
 	// (Upgrade). One that names none, or no Connection: upgrade, switches
@@ -1490,11 +1513,35 @@ func (c *pconn) finishResponse(a *attempt, closing, headers bool) {
 		}
 	}
 	c.popHead()
-	if !closing {
-		c.directDone(a)
-	}
-	put := c.ev.responseDone(c, a, closing, headers)
+	// The hooks that follow (ConnIdle, ConnClosed of connections over
+	// MaxIdleConns, PutIdleConn) run with the read turn held unless a
+	// direct read passed it on: the connection is held meanwhile.
+	hold := !closing && !c.directDone(a) && c.hooksAtDone(a)
+	put := c.ev.responseDone(c, a, closing, headers, hold)
 	c.putIdleTrace(a, put)
+	if hold {
+		c.ev.hold(c, false)
+	}
+}
+
+// hooksAtDone reports whether a hook of the user's may run once a's
+// response is done (finishResponse).
+func (c *pconn) hooksAtDone(a *attempt) bool {
+	if t := a.r.trace; t != nil && t.PutIdleConn != nil {
+		return true
+	}
+	o := c.t.opts.Observer
+	return o != nil && (o.ConnIdle != nil || o.ConnClosed != nil && c.t.opts.MaxIdleConns > 0)
+}
+
+// hooked runs f, a hook of the user's, while the read turn or the write
+// token of c is held, with c held (connEvents.hold): a request the hook
+// sends to the host goes elsewhere instead of waiting, behind the
+// request the hook reports on, for the hook to return.
+func (c *pconn) hooked(f func()) {
+	c.ev.hold(c, true)
+	defer c.ev.hold(c, false)
+	f()
 }
 
 // popHead removes the answered head of fifo and starts the timers of the
@@ -1569,7 +1616,7 @@ func (c *pconn) resendBehind(all bool) {
 	}
 }
 
-func interimHook(a *attempt) func(int, http.Header) error {
+func (c *pconn) interimHook(a *attempt) func(int, http.Header) error {
 	t := a.r.trace
 	if a.continueCh == nil && (t == nil || t.Got1xxResponse == nil) {
 		return nil
@@ -1583,12 +1630,14 @@ func interimHook(a *attempt) func(int, http.Header) error {
 		if code == http.StatusContinue && a.continueCh != nil {
 			// As net/http: Got100Continue only for a request that expects it.
 			if t != nil && t.Got100Continue != nil {
-				t.Got100Continue()
+				c.hooked(t.Got100Continue)
 			}
 			a.signalContinue(true)
 		}
 		if t != nil && t.Got1xxResponse != nil {
-			if err := t.Got1xxResponse(code, textprotoHeader(h)); err != nil {
+			var err error
+			c.hooked(func() { err = t.Got1xxResponse(code, textprotoHeader(h)) })
+			if err != nil {
 				return err
 			}
 			return errResetHeaderLimit

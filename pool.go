@@ -140,6 +140,13 @@ type sched struct {
 	streaming bool // the head's body is open-ended and being read
 	slow      bool // the head has waited past HeadOfLineTimeout (holprotect.go)
 	reserved  bool // kept free for a request that needs an idle connection
+	// held counts the hooks of the user's that run while a request holds
+	// the connection: its place, assigned and not yet written
+	// (assignLocked), the write token or the read turn (pconn.hooked).
+	// It takes no new request meanwhile and does not count among those
+	// that carry pipelined requests (canDialLocked), so that a request a
+	// hook sends goes elsewhere instead of waiting for the hook.
+	held int
 	// probeDrain: the host not proven (hostPool.pipeProven), an answer
 	// came with requests pipelined behind it: the connection takes no more
 	// until it is empty, so that the last of them can prove the host.
@@ -172,7 +179,7 @@ func (s *sched) idle() bool { return s.inflight == 0 && !s.retired }
 // canPipeline reports whether one more request may be written behind those
 // in flight, at the given depth.
 func (s *sched) canPipeline(depth int) bool {
-	return !s.retired && !s.exclusive && !s.streaming && !s.slow && !s.reserved && s.inflight < depth
+	return !s.retired && !s.exclusive && !s.streaming && !s.slow && !s.reserved && s.held == 0 && s.inflight < depth
 }
 
 // dialHandle is a dial in progress, guarded by hostPool.mu.
@@ -198,6 +205,10 @@ type dialHandle struct {
 type firstHop struct {
 	start atomic.Int64 // monoTime when DialContext was first called; 0 before
 	done  atomic.Bool  // the way is made, or failed
+	// hooked counts the hooks of the user's that run in the dial
+	// (dialer.go, handshake): nobody waits for it meanwhile
+	// (canDialLocked), so that a request a hook sends dials its own.
+	hooked atomic.Int32
 }
 
 // dialKey is the context key of a pool dial's *dialHandle.
@@ -223,6 +234,18 @@ func (h *firstHop) end() {
 	if h != nil {
 		h.done.Store(true)
 	}
+}
+
+// hook runs f, a hook of the user's, counted in hooked; h may be nil (a
+// dial not the pool's).
+func (h *firstHop) hook(f func()) {
+	if h == nil {
+		f()
+		return
+	}
+	h.hooked.Add(1)
+	defer h.hooked.Add(-1)
+	f()
 }
 
 // pending returns how long the first hop has been under way at now, or 0
@@ -355,6 +378,10 @@ func (p *hostPool) assignLocked(c *pconn, a *attempt) httptrace.GotConnInfo {
 	a.inflightAtAssign = int32(s.inflight)
 	a.activated = !s.active
 	s.active = true
+	if assignHooked(a, p.t.opts.Observer) {
+		s.held++
+		a.heldAtAssign = true
+	}
 	if wasIdle {
 		p.unlistIdleLocked(c)
 		p.tick++
@@ -402,6 +429,16 @@ func (p *hostPool) assignLocked(c *pconn, a *attempt) httptrace.GotConnInfo {
 		info.IdleTime = time.Since(s.idleSince)
 	}
 	return info
+}
+
+// assignHooked reports whether a hook of the user's is told of a's
+// assignment: GotConn, ConnActive (if it made its connection active) or
+// RequestAssigned.
+func assignHooked(a *attempt, o *Observer) bool {
+	if t := a.r.trace; t != nil && t.GotConn != nil {
+		return true
+	}
+	return o != nil && (o.RequestAssigned != nil || o.ConnActive != nil && a.activated)
 }
 
 // release gives back a place reserved on c for an attempt that was never
@@ -589,9 +626,12 @@ func (p *hostPool) gotHeadersLocked(c *pconn, a *attempt, closing bool) {
 	}
 }
 
-func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers bool) error {
+func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers, hold bool) error {
 	var put error
 	p.mu.Lock()
+	if hold {
+		c.s.held++ // before the dispatch below
+	}
 	if headers || a.answerAtEnd {
 		p.answerLocked()
 	}
@@ -738,6 +778,17 @@ func (p *hostPool) setSlow(c *pconn, on, early bool) {
 	}
 	c.s.slow = on
 	p.dispatchLocked()
+	p.mu.Unlock()
+}
+
+func (p *hostPool) hold(c *pconn, on bool) {
+	p.mu.Lock()
+	if on {
+		c.s.held++
+	} else {
+		c.s.held--
+		p.dispatchLocked() // the connection may take requests again
+	}
 	p.mu.Unlock()
 }
 

@@ -453,7 +453,7 @@ func TestPoolStreamingMarkOwnResponse(t *testing.T) {
 		c.s.assigned, c.s.inflight, c.s.active = 2, 2, true
 		p.streaming(c, &attempt{}) // a body on c became a stream: a's, or the next answer's
 		a := &attempt{r: &request{pipelineable: true}, place: 1, streamed: streamed}
-		p.responseDone(c, a, false, true)
+		p.responseDone(c, a, false, true, false)
 		p.mu.Lock()
 		got := c.s.streaming
 		p.mu.Unlock()
@@ -662,7 +662,7 @@ func TestQuietCountDisproved(t *testing.T) {
 			c := &pconn{t: tr}
 			c.s.served, c.s.assigned, c.s.inflight = tt.served-1, tt.served+1, 2
 			p.conns = append(p.conns, c)
-			p.responseDone(c, &attempt{r: &request{pipelineable: true}}, false, false)
+			p.responseDone(c, &attempt{r: &request{pipelineable: true}}, false, false, false)
 			p.mu.Lock()
 			quietClose, budget := p.quietClose, p.budget
 			p.mu.Unlock()

@@ -242,6 +242,12 @@ type attempt struct {
 	inflightAtAssign int32       // set under hostPool.mu by assignLocked
 	cause            ResendCause // why this attempt is sent
 	activated        bool        // the assignment made the connection active
+	// heldAtAssign: the assignment holds its connection (sched.held)
+	// until the hooks told of it (GotConn, ConnActive, RequestAssigned)
+	// have run, so that a request one sends does not wait behind a's
+	// place, unwritten (roundTripAttempts). Set by assignLocked under
+	// hostPool.mu, cleared by a's caller.
+	heldAtAssign bool
 
 	// alone: written alone on its connection: a retry (RFC 9112 §9.3.2),
 	// or a request whose class streams or is late (then toStream too for

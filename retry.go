@@ -256,6 +256,10 @@ func (p *hostPool) roundTripAttempts(r *request) (*http.Response, error) {
 			return nil, err
 		}
 		p.observeAssigned(a)
+		if a.heldAtAssign {
+			a.heldAtAssign = false
+			p.hold(c, false)
+		}
 		var out outcome
 		var res result
 		if err := c.send(a); err != nil {
@@ -268,10 +272,13 @@ func (p *hostPool) roundTripAttempts(r *request) (*http.Response, error) {
 			res = p.await(a)
 			if res.err == nil && !res.retry {
 				if res.copied && r.obs != nil {
-					// The copy's answer: RequestDone reports its attempt.
+					// The copy's answer: RequestDone reports its attempt
+					// (and the copy reported its headers).
 					cp := r.obs.copy
 					r.obs.last = cp.obs.last
 					r.obs.queueTime += cp.obs.queueTime
+				} else if o != nil && o.RequestHeaders != nil {
+					observeHeaders(o, a, res.resp.StatusCode)
 				}
 				decodeGzip(r, res.resp) // a copy's is decoded already: a no-op
 				return res.resp, nil

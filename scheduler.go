@@ -185,6 +185,10 @@ func (p *hostPool) place(a *attempt) (*pconn, httptrace.GotConnInfo, error) {
 		}
 		p.mu.Unlock()
 		if <-sig; w.res.c != nil {
+			if a.heldAtAssign {
+				a.heldAtAssign = false
+				p.hold(w.res.c, false)
+			}
 			p.release(w.res.c)
 		} else if u, ok := w.res.err.(*useH2); ok {
 			u.h.release() // not taken up
@@ -207,8 +211,10 @@ func pipelineableAt(a *attempt, depth int) bool {
 // any request up to MaxConnsPerHost; a pipelineable one only while fewer
 // than PipelineConnsPerHost connections can carry pipelined requests
 // (beyond that, it is pipelined). A connection held by an open stream, a
-// request nothing may follow or a slow head does not count: a GET beside
-// open event streams gets a connection of its own, as with net/http.
+// request nothing may follow, a slow head or a hook of the user's
+// (sched.held), nor a dial that runs one (firstHop.hooked), does not
+// count: a GET beside open event streams gets a connection of its own, as
+// with net/http, and so does one a hook sends.
 func (p *hostPool) canDialLocked(pipelineable bool) bool {
 	if p.closed {
 		return false
@@ -216,7 +222,11 @@ func (p *hostPool) canDialLocked(pipelineable bool) bool {
 	if h := p.h2.Load(); h != nil && !h.demoted.Load() && !h.gone.Load() {
 		return false // the host speaks HTTP/2: the waiters move there (h2Dialed)
 	}
-	if p.dialing > 0 && !p.learned && !p.farLocked() && p.t.offersH2(p.key) { // dial one, learn the protocol, then decide
+	hooked := 0 // dials running a hook of the user's: nobody waits for them
+	if p.dialing > 0 {
+		hooked = p.hookedDialsLocked()
+	}
+	if p.dialing > 0 && !p.learned && !p.farLocked() && p.t.offersH2(p.key) && hooked == 0 { // dial one, learn the protocol, then decide
 		return false
 	}
 	n := len(p.conns) + p.dialing
@@ -226,13 +236,25 @@ func (p *hostPool) canDialLocked(pipelineable bool) bool {
 	if !pipelineable || n < p.t.pipeConns {
 		return true
 	}
-	usable := p.dialing
+	usable := p.dialing - hooked
 	for _, c := range p.conns {
-		if s := &c.s; !s.retired && !s.exclusive && !s.streaming && !s.slow {
+		if s := &c.s; !s.retired && !s.exclusive && !s.streaming && !s.slow && s.held == 0 {
 			usable++
 		}
 	}
 	return usable < p.t.pipeConns
+}
+
+// hookedDialsLocked returns how many dials in progress run a hook of the
+// user's (firstHop.hooked).
+func (p *hostPool) hookedDialsLocked() int {
+	n := 0
+	for d := range p.dials {
+		if d.hop.hooked.Load() > 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // mayStackLocked reports whether a pipelineable request (held by the
@@ -447,7 +469,7 @@ type leastWait struct {
 func (leastWait) idle(conns []*pconn, fragile bool) *pconn {
 	var best *pconn
 	for _, c := range conns {
-		if !c.s.idle() {
+		if !c.s.idle() || c.s.held > 0 {
 			continue
 		}
 		if c.s.kaIdle > 0 && (c.s.pastKeepAliveEnd() || fragile && c.s.nearKeepAliveEnd()) {
