@@ -365,6 +365,11 @@ func TestNothingBehindUnforeseenStreams(t *testing.T) {
 				req, _ := http.NewRequestWithContext(sctx, http.MethodGet, srv.URL+tt.path, nil)
 				stream := roundTripAsync(tr, req)
 				sc := <-streamConn
+				waitFor(t, "the server has the stream's request", func() bool {
+					mu.Lock()
+					defer mu.Unlock()
+					return seen[tt.path] == round+1
+				})
 				var wg sync.WaitGroup
 				conns := make(chan net.Conn, 10)
 				errs := make(chan error, 10)
