@@ -319,6 +319,14 @@ type body struct {
 	onClose  func() // set by the reader while streaming: the caller closed early
 	recycled bool
 	watched  bool // an AfterFunc wakes waiting reads when ctx ends
+	// gone is closed when the connection the reader fills buf from is
+	// closed: the reader waits for room no longer (the caller may never
+	// make any, and Transport.Close waits for the reader).
+	gone <-chan struct{}
+	// broken, once set, is what every read returns: the transport closed
+	// the connection under the body (Transport.Close), whatever had
+	// arrived.
+	broken error
 }
 
 func newBody(ctx context.Context, dst *http.Response, bufp *[]byte) *body {
@@ -334,6 +342,9 @@ func (b *body) Read(p []byte) (int, error) {
 	for {
 		if b.closed {
 			return 0, errReadOnClosedResBody
+		}
+		if b.broken != nil {
+			return 0, b.broken
 		}
 		if b.r < b.w {
 			if len(p) == 0 {
@@ -400,6 +411,9 @@ func (b *body) WriteTo(w io.Writer) (int64, error) {
 	for {
 		if b.closed {
 			return total, errReadOnClosedResBody
+		}
+		if b.broken != nil {
+			return total, b.broken
 		}
 		if b.r < b.w {
 			if done := b.ctx.Done(); done != nil {
@@ -484,20 +498,26 @@ func (b *body) Close() error {
 
 // space waits until buf has room for the reader and returns it, growing
 // buf up to its limit first; it returns nil once the caller has closed
-// the body. Only the connection's reader calls it.
-func (b *body) space() []byte {
+// the body, and nil and false once the connection is closed (gone). Only
+// the connection's reader calls it.
+func (b *body) space() ([]byte, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for {
 		if b.closed {
-			return nil
+			return nil, true
+		}
+		select {
+		case <-b.gone:
+			return nil, false
+		default:
 		}
 		if b.r == b.w && !b.lent {
 			b.r, b.w = 0, 0
 		}
 		if b.w < len(b.buf) {
 			b.writing = true
-			return b.buf[b.w:]
+			return b.buf[b.w:], true
 		}
 		if b.lent {
 			b.cond.Wait()
@@ -517,6 +537,18 @@ func (b *body) space() []byte {
 		}
 		b.cond.Wait()
 	}
+}
+
+// connClosed wakes the reader if it waits for room (space): the
+// connection is closed (gone). With err, a body that has not ended fails
+// every read from now on with err.
+func (b *body) connClosed(err error) {
+	b.mu.Lock()
+	if err != nil && !b.end && b.broken == nil {
+		b.broken = err
+	}
+	b.cond.Broadcast()
+	b.mu.Unlock()
 }
 
 // readAhead lets buf grow up to n bytes: a body whose length is not known

@@ -84,6 +84,9 @@ type pconn struct {
 
 	closeOnce sync.Once
 	closed    chan struct{} // closed when conn is closed
+	// filling is the body the reader goroutine is filling, if any: fail
+	// wakes it if it waits for its caller to make room (body.space).
+	filling atomic.Pointer[body]
 
 	deadlineMu sync.Mutex // guards armed and read-deadline changes
 	armed      *attempt   // the attempt whose header timeout is running
@@ -1129,6 +1132,8 @@ func (c *pconn) readBodyFrom(a *attempt, resp *http.Response, f framing, closing
 	if tentative {
 		b.limit = maxBufferedBody // not yet seen by anyone else
 	}
+	b.gone = c.closed
+	c.filling.Store(b) // before the caller may hold it unread
 	resp.Body = b
 	if !a.deliver(result{resp: resp}) {
 		b.Close() // abandoned: nobody reads it
@@ -1139,6 +1144,7 @@ func (c *pconn) readBodyFrom(a *attempt, resp *http.Response, f framing, closing
 		start = monoNow()
 	}
 	err := s.pump(src, lr, cr)
+	c.filling.Store(nil)
 	s.stop()
 	if a.toStream && time.Duration(monoNow()-start) < c.drainWait() {
 		// Read in full sooner than a request behind it would have
@@ -1151,6 +1157,9 @@ func (c *pconn) readBodyFrom(a *attempt, resp *http.Response, f framing, closing
 		c.chunkHint = int(min(a.chunkedLen, maxBufferedBody))
 	}
 	if err != nil {
+		if cause := c.closedBy(); cause != nil {
+			err = cause // closed under the body: not the read's own error
+		}
 		if cerr := context.Cause(a.r.ctx); a.r.ctx.Err() != nil && cerr != nil {
 			err = cerr
 		}
@@ -1285,7 +1294,10 @@ func (s *bodyStream) pump(src io.Reader, lr *io.LimitedReader, cr *chunkedReader
 				return nil
 			}
 		}
-		sp := s.b.space()
+		sp, open := s.b.space()
+		if !open {
+			return net.ErrClosed // closed under the body (fail): its cause stands
+		}
 		if sp == nil {
 			return c.drain(lr, cr, s.tentative && !s.isStream()) // closed early by the caller
 		}
@@ -1646,6 +1658,19 @@ func (c *pconn) interimHook(a *attempt) func(int, http.Header) error {
 	}
 }
 
+// closedBy returns why the connection was closed (the first fail's
+// error), or nil while it is open.
+func (c *pconn) closedBy() error {
+	select {
+	case <-c.closed:
+	default:
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cause
+}
+
 // closeConn closes the network connection once.
 func (c *pconn) closeConn() {
 	c.closeOnce.Do(func() {
@@ -1666,7 +1691,16 @@ func (c *pconn) fail(err error) {
 	}
 	err = c.cause
 	c.mu.Unlock()
+	if b := c.filling.Load(); b != nil && errors.Is(err, ErrTransportClosed) {
+		// A body the transport closes fails at once, as Transport.Close
+		// says: before its reader meets the closed connection and ends
+		// it after what had arrived.
+		b.connClosed(err)
+	}
 	c.closeConn()
+	if b := c.filling.Load(); b != nil {
+		b.connClosed(nil) // its reader may wait for a caller who never reads on
+	}
 	c.ev.removed(c) // the pool first: it must not hand c out any more
 	c.mu.Lock()
 	if c.dead {

@@ -571,9 +571,12 @@ func (t *Transport) CloseIdleConnections() {
 }
 
 // Close closes every connection and waits for the transport's goroutines to
-// exit. Requests in flight or queued fail with [ErrTransportClosed], as do
-// later calls to RoundTrip. Response bodies already returned fail on their
-// next Read. Close is idempotent.
+// exit, whatever callers do with the response bodies they hold. Requests in
+// flight or queued fail with [ErrTransportClosed], as do later calls to
+// RoundTrip. Response bodies already returned fail on their next Read (over
+// HTTP/1.1 with [ErrTransportClosed]; over HTTP/2, once the bytes that had
+// arrived are read), but for one that had arrived whole, which reads to its
+// end. Close is idempotent.
 func (t *Transport) Close() error {
 	t.initOnce.Do(t.init)
 	t.mu.Lock()

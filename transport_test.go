@@ -1099,6 +1099,131 @@ func TestCloseFailsInFlightAndLaterRequests(t *testing.T) {
 	}
 }
 
+// TestCloseWithBodyHeld: Close returns while a caller holds a streamed body
+// unread (4 MiB, 1000 bytes read; an nginx static file's shape) with a
+// dozen other GETs in flight, however the body is framed and whether or
+// not the caller's io.Copy is stuck in its writer; the held body's next
+// Read then fails. Before, the connection's reader waited for the caller
+// to make room in the body's buffer, and Close waited for the reader.
+func TestCloseWithBodyHeld(t *testing.T) {
+	const size = 4 << 20
+	data := strings.Repeat("x", size)
+	big := func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/length":
+			w.Header().Set("Content-Length", strconv.Itoa(size))
+			io.WriteString(w, data)
+		case "/chunked":
+			for i := 0; i < size; i += 16 << 10 {
+				io.WriteString(w, data[i:i+16<<10])
+				http.NewResponseController(w).Flush()
+			}
+		case "/close": // no length: the body ends with the connection
+			c, bw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			bw.WriteString("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")
+			bw.WriteString(data)
+			bw.Flush()
+		case "/large": // more than an HTTP/2 stream's window (4 MiB)
+			w.Header().Set("Content-Length", strconv.Itoa(16*size))
+			for range 16 {
+				io.WriteString(w, data)
+			}
+		case "/hold":
+			<-r.Context().Done()
+		}
+	}
+	tests := []struct {
+		name, path string
+		h2         bool
+		copyStuck  bool // the caller copies the body into a writer that never returns
+		// want is what the held body's next Read returns; nil: its
+		// reads fail after what had arrived (the standard library's
+		// HTTP/2 client).
+		want error
+	}{
+		{name: "length", path: "/length", want: ErrTransportClosed},
+		{name: "chunked", path: "/chunked", want: ErrTransportClosed},
+		{name: "until close", path: "/close", want: ErrTransportClosed},
+		{name: "copy stuck", path: "/length", copyStuck: true},
+		{name: "h2", path: "/large", h2: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			verifyNoLeaks(t)
+			var srv *httptest.Server
+			var opts TransportOptions
+			if tt.h2 {
+				srv, _ = h2TestServer(t, h2Prefer, http.HandlerFunc(big), nil)
+				opts.TLSClientConfig = tlsRoots(srv)
+			} else {
+				srv = httptest.NewServer(http.HandlerFunc(big))
+				t.Cleanup(srv.Close)
+			}
+			tr := NewTransport(opts)
+			t.Cleanup(func() { tr.Close() })
+			resp, err := get(t, tr, srv.URL+tt.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if _, err := io.ReadFull(resp.Body, make([]byte, 1000)); err != nil {
+				t.Fatal(err)
+			}
+			copied := make(chan error, 1)
+			if tt.copyStuck {
+				pr, pw := io.Pipe() // nobody reads pr until the end
+				defer pr.Close()
+				go func() { _, err := io.Copy(pw, resp.Body); copied <- err }()
+			}
+			errs := make(chan error, 12)
+			for range 12 {
+				go func() {
+					r, err := get(t, tr, srv.URL+"/hold")
+					if err == nil {
+						r.Body.Close()
+					}
+					errs <- err
+				}()
+			}
+			waitFor(t, "12 GETs in flight", func() bool {
+				n := 0
+				for _, s := range tr.Stats() {
+					n += s.InFlight + s.Queued
+				}
+				return n >= 13 // with the held body's
+			})
+			closed := make(chan struct{})
+			go func() { tr.Close(); close(closed) }()
+			select {
+			case <-closed:
+			case <-time.After(testTimeout):
+				t.Fatalf("Close did not return within %v", testTimeout)
+			}
+			for range 12 {
+				if err := <-errs; err == nil {
+					t.Error("a GET in flight at Close succeeded")
+				}
+			}
+			if tt.copyStuck {
+				return // the body is its io.Copy's
+			}
+			if tt.want == nil {
+				if _, err := io.Copy(io.Discard, resp.Body); err == nil {
+					t.Error("the body held at Close was read to its end")
+				}
+				return
+			}
+			if _, err := resp.Body.Read(make([]byte, 1000)); !errors.Is(err, tt.want) {
+				t.Errorf("Read after Close = %v, want %v", err, tt.want)
+			}
+		})
+	}
+}
+
 // countingConn counts the Write calls that reach the network.
 type countingConn struct {
 	net.Conn
