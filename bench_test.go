@@ -326,6 +326,68 @@ func benchGetBody(b *testing.B, callers, size int, chunked bool, client string) 
 	})
 }
 
+// BenchmarkClientDownload downloads a large body per op (a stream:
+// longer than maxBufferedBody), alone, reading it with Read into a buffer
+// of 32 KiB (io.Copy's: through the body's 64 KiB buffer) or 256 KiB
+// (straight from the socket), through pipelined and net/http; bytes/s are
+// the body's. The server runs in the process (cpu-ns/op counts it too);
+// the benchmarks program's download suite measures the client alone.
+func BenchmarkClientDownload(b *testing.B) {
+	const size = 64 << 20
+	for _, read := range []int{32 << 10, 256 << 10} {
+		for _, client := range []string{"pipelined", "net-http"} {
+			b.Run(fmt.Sprintf("%dMiB/read=%dKiB/%s", size>>20, read>>10, client), func(b *testing.B) {
+				rt := benchTransport(b, client, 1, 0)
+				url := benchDownloadServer(b, size)
+				b.SetBytes(int64(size))
+				buf := make([]byte, read)
+				benchCallers(b, 1, func() func() error {
+					req, _ := http.NewRequest("GET", url, nil)
+					return func() error {
+						resp, err := rt.RoundTrip(req)
+						if err != nil {
+							return err
+						}
+						defer resp.Body.Close()
+						var n int
+						for {
+							m, err := resp.Body.Read(buf)
+							n += m
+							if err == io.EOF {
+								break
+							}
+							if err != nil {
+								return err
+							}
+						}
+						if n != size {
+							return fmt.Errorf("read %d bytes, want %d", n, size)
+						}
+						return nil
+					}
+				})
+			})
+		}
+	}
+}
+
+// benchDownloadServer answers every request with a body of size bytes,
+// written from one 1 MiB block.
+func benchDownloadServer(b *testing.B, size int) string {
+	b.Helper()
+	block := make([]byte, 1<<20)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(size))
+		for left := size; left > 0; left -= len(block) {
+			if _, err := w.Write(block[:min(left, len(block))]); err != nil {
+				return
+			}
+		}
+	}))
+	b.Cleanup(srv.Close)
+	return srv.URL + "/"
+}
+
 // benchGetsN runs b.N GETs of benchServer through client from callers
 // goroutines.
 func benchGetsN(b *testing.B, client *http.Client, callers int) {

@@ -327,6 +327,26 @@ type body struct {
 	// the connection under the body (Transport.Close), whatever had
 	// arrived.
 	broken error
+	// src, while the body is a stream, is its bytes on the connection,
+	// lent to the caller (lend): a read that finds buf empty takes them
+	// from there itself, straight into its own buffer if that is at
+	// least as large as buf, else into buf (bufio.Reader's rule). So a
+	// stream costs its caller a read from the socket, without the
+	// reader's copy through buf and its wake-up of the caller per piece.
+	// reading: a caller reads from src outside mu; srcDone: src reached
+	// the body's end or failed (srcErr), and the reader takes the
+	// connection back.
+	src     source
+	reading bool
+	srcDone bool
+	srcErr  error
+}
+
+// A source is the rest of a stream on its connection (bodyStream).
+type source interface {
+	// read reads the body's next bytes into p; done reports that the
+	// body ended (err nil) or failed.
+	read(p []byte) (n int, done bool, err error)
 }
 
 func newBody(ctx context.Context, dst *http.Response, bufp *[]byte) *body {
@@ -350,12 +370,8 @@ func (b *body) Read(p []byte) (int, error) {
 			if len(p) == 0 {
 				return 0, nil
 			}
-			if done := b.ctx.Done(); done != nil {
-				select {
-				case <-done:
-					return 0, context.Cause(b.ctx)
-				default:
-				}
+			if err := b.ctxErr(); err != nil {
+				return 0, err
 			}
 			n := copy(p, b.buf[b.r:b.w])
 			b.r += n
@@ -363,8 +379,21 @@ func (b *body) Read(p []byte) (int, error) {
 				b.atEOFLocked()
 				return n, io.EOF
 			}
-			b.cond.Broadcast()
+			if b.src == nil { // else the reader waits for the source, not for room
+				b.cond.Broadcast()
+			}
 			return n, nil
+		}
+		if b.lendsLocked() && len(p) > 0 {
+			if err := b.ctxErr(); err != nil {
+				return 0, err
+			}
+			if len(p) < len(b.buf) {
+				b.readSrcLocked(nil) // into buf: copied out above
+			} else if n := b.readSrcLocked(p); n > 0 {
+				return n, nil
+			}
+			continue
 		}
 		if b.end {
 			if b.err != nil {
@@ -379,23 +408,102 @@ func (b *body) Read(p []byte) (int, error) {
 	}
 }
 
-// waitLocked waits for the reader to change the body, or for the request's
-// context to end: its cause is returned, as net/http does.
-func (b *body) waitLocked() error {
+// ctxErr returns the cause of the request's context if it has ended.
+func (b *body) ctxErr() error {
 	if done := b.ctx.Done(); done != nil {
 		select {
 		case <-done:
 			return context.Cause(b.ctx)
 		default:
 		}
-		if !b.watched {
-			b.watched = true
-			context.AfterFunc(b.ctx, func() {
-				b.mu.Lock()
-				b.cond.Broadcast()
-				b.mu.Unlock()
-			})
+	}
+	return nil
+}
+
+// lendsLocked reports whether the caller may read from the lent source
+// now: buf is empty, and no other read holds the source.
+func (b *body) lendsLocked() bool {
+	return b.src != nil && !b.reading && !b.srcDone && !b.lent
+}
+
+// readSrcLocked reads from the lent source into p, or into buf if p is
+// nil, outside mu, and returns the bytes read. The end of the source, or
+// its failure, hands the connection back to the reader (lend), which ends
+// the body. b.mu is held.
+func (b *body) readSrcLocked(p []byte) int {
+	into := p
+	if p == nil {
+		b.r, b.w = 0, 0
+		into = b.buf
+	}
+	b.reading = true
+	src := b.src
+	b.mu.Unlock()
+	n, done, err := src.read(into)
+	b.mu.Lock()
+	b.reading = false
+	if p == nil && !b.closed {
+		b.w = n
+	}
+	if done {
+		b.srcDone, b.srcErr = true, err
+	}
+	if done || b.closed || b.goneLocked() {
+		b.cond.Broadcast() // the reader waits for this read to end (lend)
+	}
+	return n
+}
+
+// goneLocked reports whether the connection is closed.
+func (b *body) goneLocked() bool {
+	select {
+	case <-b.gone:
+		return true
+	default:
+		return false
+	}
+}
+
+// lend lets the caller read the rest of a stream from src itself (see
+// body.src), and waits until the caller is done with it: it returns the
+// stream's outcome once src ended or failed (ended true, and err), and
+// ended false if the caller closed the body first (the reader drains what
+// is left, or closes the connection) or the connection was closed (gone:
+// open false). It never returns while a caller reads from src. Only the
+// connection's reader calls it.
+func (b *body) lend(src source) (ended, open bool, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.src = src
+	b.cond.Broadcast() // a read may be waiting for bytes
+	defer func() { b.src = nil }()
+	for {
+		switch {
+		case b.reading:
+		case b.srcDone:
+			return true, true, b.srcErr
+		case b.closed:
+			return false, true, nil
+		case b.goneLocked():
+			return false, false, nil
 		}
+		b.cond.Wait()
+	}
+}
+
+// waitLocked waits for the reader to change the body, or for the request's
+// context to end: its cause is returned, as net/http does.
+func (b *body) waitLocked() error {
+	if err := b.ctxErr(); err != nil {
+		return err
+	}
+	if b.ctx.Done() != nil && !b.watched {
+		b.watched = true
+		context.AfterFunc(b.ctx, func() {
+			b.mu.Lock()
+			b.cond.Broadcast()
+			b.mu.Unlock()
+		})
 	}
 	b.cond.Wait()
 	return nil
@@ -416,12 +524,8 @@ func (b *body) WriteTo(w io.Writer) (int64, error) {
 			return total, b.broken
 		}
 		if b.r < b.w {
-			if done := b.ctx.Done(); done != nil {
-				select {
-				case <-done:
-					return total, context.Cause(b.ctx)
-				default:
-				}
+			if err := b.ctxErr(); err != nil {
+				return total, err
 			}
 			chunk := b.buf[b.r:b.w]
 			b.lent = true
@@ -433,10 +537,19 @@ func (b *body) WriteTo(w io.Writer) (int64, error) {
 				b.r += n
 			}
 			total += int64(n)
-			b.cond.Broadcast()
+			if b.src == nil { // else the reader waits for the source, not for room
+				b.cond.Broadcast()
+			}
 			if err != nil {
 				return total, err
 			}
+			continue
+		}
+		if b.lendsLocked() {
+			if err := b.ctxErr(); err != nil {
+				return total, err
+			}
+			b.readSrcLocked(nil) // into buf: written from there above
 			continue
 		}
 		if b.end {
@@ -507,10 +620,8 @@ func (b *body) space() ([]byte, bool) {
 		if b.closed {
 			return nil, true
 		}
-		select {
-		case <-b.gone:
+		if b.goneLocked() {
 			return nil, false
-		default:
 		}
 		if b.r == b.w && !b.lent {
 			b.r, b.w = 0, 0

@@ -87,8 +87,10 @@
 // The reader of each connection reads ahead at most one response body of up
 // to 256 KiB (of known length) per request in flight, so that responses
 // behind an unread body do not stall. A larger body, or one of unknown
-// length (chunked, or until close), streams from the connection through a
-// buffer of at most 64 KiB; the connection then takes no new requests until
+// length (chunked, or until close), streams from the connection as the
+// caller reads it, through a buffer of at most 64 KiB (straight into the
+// caller's buffer when that is larger); the connection then takes no new
+// requests until
 // that body has been read or closed, and if it is still streaming after
 // HeadOfLineTimeout, the safe requests already written behind it are
 // re-sent on another connection (as they are behind a body read ahead whole

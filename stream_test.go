@@ -2,6 +2,7 @@ package pipelined
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -12,8 +13,10 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -566,5 +569,115 @@ func TestFullDuplexBodyWrittenLater(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// readSizeConn records the largest buffer a Read of the connection was
+// given.
+type readSizeConn struct {
+	net.Conn
+	largest atomic.Int64
+}
+
+func (c *readSizeConn) Read(p []byte) (int, error) {
+	for {
+		m := c.largest.Load()
+		if int64(len(p)) <= m || c.largest.CompareAndSwap(m, int64(len(p))) {
+			break
+		}
+	}
+	return c.Conn.Read(p)
+}
+
+// TestStreamReadsIntoCallerBuffer: a stream (a body longer than
+// maxBufferedBody, or one that ends with its connection) read with a
+// buffer at least as large as the body's own is read from the connection
+// straight into the caller's buffer, not copied through the body's 64 KiB
+// by the connection's reader; the bytes arrive whole and in order through
+// a mix of small reads (through the body's buffer) and large ones, for
+// chunked streams too (with their trailers).
+func TestStreamReadsIntoCallerBuffer(t *testing.T) {
+	const size = 4 << 20
+	data := make([]byte, size)
+	for i := range data {
+		data[i] = byte(i % 251)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/length":
+			w.Header().Set("Content-Length", strconv.Itoa(size))
+			w.Write(data)
+		case "/chunked": // 100 KiB chunks, and a trailer
+			w.Header().Set("Trailer", "X-End")
+			for b := data; len(b) > 0; b = b[min(len(b), 100<<10):] {
+				w.Write(b[:min(len(b), 100<<10)])
+				http.NewResponseController(w).Flush()
+			}
+			w.Header().Set("X-End", "yes")
+		case "/close":
+			c, bw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			bw.WriteString("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")
+			bw.Write(data)
+			bw.Flush()
+		}
+	}))
+	defer srv.Close()
+	const large = 4 * maxReadAhead
+	tests := []struct {
+		path   string
+		direct bool // reads from the connection take the caller's whole buffer
+	}{
+		{"/length", true},
+		{"/close", true},
+		{"/chunked", false}, // a read takes at most a chunk (readRaw)
+	}
+	for _, tt := range tests {
+		t.Run(tt.path, func(t *testing.T) {
+			verifyNoLeaks(t)
+			var conn *readSizeConn
+			tr := newTestTransport(t, TransportOptions{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				var d net.Dialer
+				c, err := d.DialContext(ctx, network, addr)
+				if err != nil {
+					return nil, err
+				}
+				conn = &readSizeConn{Conn: c}
+				return conn, nil
+			}})
+			resp, err := get(t, tr, srv.URL+tt.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			got := make([]byte, 0, size)
+			buf := make([]byte, large)
+			for i := 0; ; i++ {
+				p := buf
+				if i%3 == 1 {
+					p = buf[:1000] // through the body's buffer
+				}
+				n, err := resp.Body.Read(p)
+				got = append(got, p[:n]...)
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					t.Fatalf("after %d bytes: %v", len(got), err)
+				}
+			}
+			if !bytes.Equal(got, data) {
+				t.Fatalf("read %d bytes, not the %d sent", len(got), size)
+			}
+			if tt.path == "/chunked" && resp.Trailer.Get("X-End") != "yes" {
+				t.Errorf("trailer %v, want X-End: yes", resp.Trailer)
+			}
+			if l := conn.largest.Load(); tt.direct && l < large {
+				t.Errorf("largest read from the connection: %d bytes, want the caller's %d", l, large)
+			}
+		})
 	}
 }

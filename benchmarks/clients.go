@@ -56,12 +56,17 @@ const (
 	clientFastHostRT     = clientFastHost + " " + rtSuffix
 	clientFastPipelineRT = clientFastPipeline + " " + rtSuffix
 	rtSuffix             = "RoundTripper"
+
+	// The download suite's fasthttp row: a HostClient whose response
+	// bodies stream (StreamResponseBody), read as net/http's are, rather
+	// than read whole into memory first.
+	clientFastHostStream = clientFastHost + " StreamResponseBody"
 )
 
 var allClients = []string{
 	clientNetHTTP, clientPipelined, clientFastHost, clientFastPipeline, clientNetHTTPNoKA, clientPipelinedNoKA,
 	clientNetHTTPDefaults, clientPipelinedDefaults, clientNetHTTPH2, clientNetHTTPH1, clientPipelinedH2, clientPipelinedH1,
-	clientPipelinedHedge, clientFastHostRT, clientFastPipelineRT,
+	clientPipelinedHedge, clientFastHostRT, clientFastPipelineRT, clientFastHostStream,
 }
 
 func isNoKeepAlive(name string) bool {
@@ -190,6 +195,9 @@ func newTargets(cfg clientConfig) *targets {
 	return t
 }
 
+// base is the first target without its trailing slash: a path goes after it.
+func (t *targets) base() string { return strings.TrimSuffix(t.urls[0], "/") }
+
 func (t *targets) next() string {
 	i := t.n.Add(1) - 1
 	u := t.urls[i%uint64(len(t.urls))]
@@ -280,12 +288,14 @@ func newClient(name string, cfg clientConfig) (benchClient, error) {
 		return newFastRoundTripper(name, clientFastHost, cfg)
 	case clientFastPipelineRT:
 		return newFastRoundTripper(name, clientFastPipeline, cfg)
-	case clientFastHost, clientFastPipeline:
+	case clientFastHost, clientFastPipeline, clientFastHostStream:
 		if cfg.URL != "" {
 			return nil, fmt.Errorf("%w with -url", errUnsupported)
 		}
 		fc := &fastClient{targets: newTargets(cfg), method: method, reqBody: cfg.ReqBody, close: func() {}}
 		switch {
+		case name == clientFastHostStream && len(cfg.Addrs) > 1:
+			return nil, fmt.Errorf("%w: one host only", errUnsupported)
 		case name == clientFastHost && len(cfg.Addrs) > 1:
 			// Many hosts: fasthttp.Client keeps a HostClient per host.
 			c := &fasthttp.Client{
@@ -316,8 +326,9 @@ func newClient(name string, cfg clientConfig) (benchClient, error) {
 				},
 			}
 			fc.do, fc.close = hc.Do, hc.CloseIdleConnections
-		case name == clientFastHost:
+		case name == clientFastHost || name == clientFastHostStream:
 			hc := &fasthttp.HostClient{
+				StreamResponseBody: name == clientFastHostStream,
 				Addr:               cfg.Addrs[0],
 				MaxConns:           cfg.C,
 				MaxConnWaitTimeout: cfg.Timeout,

@@ -68,6 +68,10 @@ type scenario struct {
 	StreamBeside bool `json:"stream_beside,omitempty"`
 	// Track counts on the server the requests that arrive twice.
 	Track bool `json:"track,omitempty"`
+	// Download: one caller downloads Body bytes in a loop, beside Beside
+	// callers' small GETs (download.go); P, Delay and Method do not apply.
+	Download bool `json:"download,omitempty"`
+	Beside   int  `json:"beside,omitempty"`
 	// Defaults: the clients are built from http.DefaultTransport's
 	// settings, C and K do not apply.
 	Defaults bool   `json:"defaults,omitempty"`
@@ -87,6 +91,15 @@ func (s scenario) String() string {
 	}
 	if s.TLS {
 		b.WriteString("TLS ")
+	}
+	if s.Download {
+		fmt.Fprintf(&b, "%s server, C=%d K=%d, download %s", s.Server, s.C, s.K, fmtBytes(s.Body))
+		if s.Beside > 0 {
+			fmt.Fprintf(&b, " beside %d callers' %dB GETs (a pause of %v after each)", s.Beside, smallBody, downloadPause)
+		} else {
+			b.WriteString(" alone")
+		}
+		return b.String()
 	}
 	if s.Defaults {
 		fmt.Fprintf(&b, "%s server, clients' defaults P=%d", s.Server, s.P)
@@ -135,7 +148,7 @@ func (s scenario) meanDelay() time.Duration {
 // not ours).
 func (s scenario) ideal() float64 {
 	d := s.meanDelay()
-	if d <= 0 || s.URL != "" {
+	if d <= 0 || s.URL != "" || s.Download {
 		return 0
 	}
 	if s.Defaults { // net/http's default: a connection per request
@@ -152,7 +165,7 @@ func (s scenario) ideal() float64 {
 // serverConfig is the configuration of the scenario's server child; cert
 // and key are the TLS files (for TLS scenarios).
 func (s scenario) serverConfig(cert, key string) serverConfig {
-	cfg := serverConfig{Mode: s.Server, Delay: s.Delay, Body: s.Body, SlowFrac: s.SlowFrac, Slow: s.Slow, Hosts: s.Hosts, Backends: s.Backends, Track: s.Track, Chunked: s.Chunked}
+	cfg := serverConfig{Mode: s.Server, Delay: s.Delay, Body: s.Body, SlowFrac: s.SlowFrac, Slow: s.Slow, Hosts: s.Hosts, Backends: s.Backends, Track: s.Track, Chunked: s.Chunked, Download: s.Download}
 	if s.TLS {
 		cfg.TLSCert, cfg.TLSKey = cert, key
 	}
@@ -210,6 +223,11 @@ type result struct {
 	MaxQueued   int    `json:"max_queued,omitempty"`
 	Dials       int64  `json:"dials"`
 	Skipped     string `json:"skipped,omitempty"`
+	// The download suite: the load's requests finished within the
+	// window (Requests are then the downloads), their rate and p99.
+	LoadRequests int64   `json:"load_requests,omitempty"`
+	LoadPerSec   float64 `json:"load_req_per_sec,omitempty"`
+	LoadP99Ms    float64 `json:"load_p99_ms,omitempty"`
 	// StoppedAtBound: -url's request bound ended the cell before its
 	// duration.
 	StoppedAtBound bool `json:"stopped_at_bound,omitempty"`
@@ -217,8 +235,9 @@ type result struct {
 	// Stream: the StreamBeside scenarios' stream, over the whole cell.
 	Stream *streamStats `json:"stream,omitempty"`
 
-	lat []time.Duration // sorted latencies, for merging rounds
-	cpu time.Duration   // client CPU over the measured window
+	lat     []time.Duration // sorted latencies, for merging rounds
+	loadLat []time.Duration // the download suite's load requests' (sorted)
+	cpu     time.Duration   // client CPU over the measured window
 }
 
 // merge adds round b of the same client and scenario to r.
@@ -253,8 +272,11 @@ func (r *result) merge(b result) {
 	r.OpenAtEnd = max(r.OpenAtEnd, b.OpenAtEnd)
 	r.GoroutinesAtEnd = max(r.GoroutinesAtEnd, b.GoroutinesAtEnd)
 	r.lat = append(r.lat, b.lat...)
+	r.LoadRequests += b.LoadRequests
+	r.loadLat = append(r.loadLat, b.loadLat...)
 	r.cpu += b.cpu
 	slices.Sort(r.lat)
+	slices.Sort(r.loadLat)
 	r.finish()
 }
 
@@ -277,6 +299,12 @@ func (r *result) finish() {
 	}
 	if r.Bytes > 0 {
 		r.CPUPerMB = float64(r.cpu.Microseconds()) / (float64(r.Bytes) / 1e6)
+	}
+	if r.Seconds > 0 {
+		r.LoadPerSec = float64(r.LoadRequests) / r.Seconds
+	}
+	if len(r.loadLat) > 0 {
+		r.LoadP99Ms = ms(percentile(r.loadLat, 0.99))
 	}
 	if r.ServerDistinct > 0 {
 		r.DupRate = float64(r.ServerRequests-r.ServerDistinct) / float64(r.ServerDistinct)
@@ -746,14 +774,18 @@ func run(o *options, out io.Writer) error {
 		for round := range o.rounds {
 			for j := range names {
 				i := (j + round) % len(names)
-				rows[i].merge(runCell(sc, names[i], base, o))
+				if sc.Download {
+					rows[i].merge(runDownloadCell(sc, names[i], base, o))
+				} else {
+					rows[i].merge(runCell(sc, names[i], base, o))
+				}
 			}
 		}
 		printTable(out, sc, rows)
 		// The percentiles are taken: let the latencies go, so that the
 		// cells after this one do not run with its samples in the heap.
 		for i := range rows {
-			rows[i].lat = nil
+			rows[i].lat, rows[i].loadLat = nil, nil
 		}
 		all = append(all, rows...)
 		if o.jsonFile != "" { // keep what we have if a later cell dies
@@ -1122,6 +1154,9 @@ type table struct {
 // makeTable lays out one scenario's rows, with the columns the scenario
 // calls for, the notes, and the ratios of each pipelined row to its peers.
 func makeTable(sc scenario, rows []result) table {
+	if sc.Download {
+		return downloadTable(sc, rows)
+	}
 	ideal := "-"
 	if v := sc.ideal(); v > 0 {
 		ideal = fmt.Sprintf("%.0f req/s", v)
@@ -1244,6 +1279,9 @@ type ratio struct {
 // bodies being equal) and p99 (p99.9 with tail). A no-keepalive row is
 // compared with no-keepalive peers only.
 func ratiosOf(rows []result, tail bool) []ratio {
+	if len(rows) > 0 && rows[0].Scenario.Download {
+		return nil // in MB/s and CPU per MB: downloadTable
+	}
 	var out []ratio
 	for _, p := range rows {
 		if !isPipelined(p.Client) || !measured(p) {

@@ -198,8 +198,8 @@ func summaryRows(w io.Writer, tables []scenarioRows, suites []string, compact bo
 		fmt.Fprintln(w, "|---|---|---|---|---|")
 	}
 	for _, t := range tables {
-		if suites != nil && !slices.Contains(suites, t.sc.Suite) {
-			continue
+		if suites != nil && !slices.Contains(suites, t.sc.Suite) || t.sc.Download {
+			continue // a download's figures are per MB, not per request
 		}
 		var fast *result
 		for i, r := range t.rows {
@@ -371,6 +371,11 @@ func writeMarkdownTable(w io.Writer, s scenarioRows) {
 	}
 	for _, l := range apiCostLines(s.rows) {
 		fmt.Fprintf(w, "\n%s\n", l)
+	}
+	if s.sc.Download { // its ratios are per MB (downloadTable)
+		for _, l := range t.ratios {
+			fmt.Fprintf(w, "\n%s\n", l)
+		}
 	}
 	fmt.Fprintln(w)
 }

@@ -62,6 +62,10 @@ type serverConfig struct {
 	// Content-Length (net/http's for one over 2 KiB, Node's res.write,
 	// nginx's gzip).
 	Chunked bool `json:",omitempty"`
+	// Download: the serial server answers smallPath with smallBody bytes
+	// and any other path with Body bytes written from one block of at
+	// most 1 MiB (a 1 GiB body is never held whole).
+	Download bool `json:",omitempty"`
 }
 
 // chunkSize is the size of a chunked body's chunks (the last may be
@@ -90,6 +94,9 @@ func startServer(cfg serverConfig) (*testServer, error) {
 	}
 	if cfg.Mode != modeSerial && cfg.Mode != modeConcurrent {
 		return nil, fmt.Errorf("unknown server mode %q (want %s or %s)", cfg.Mode, modeSerial, modeConcurrent)
+	}
+	if cfg.Download && cfg.Mode != modeSerial {
+		return nil, errors.New("the download server is the serial one")
 	}
 	var lns []net.Listener
 	closeAll := func() {
@@ -120,12 +127,19 @@ func startServer(cfg serverConfig) (*testServer, error) {
 		ts.Addrs = append(ts.Addrs, ln.Addr().String())
 	}
 	ts.Addr = ts.Addrs[0]
-	body := bytes.Repeat([]byte("x"), cfg.Body)
+	var body []byte
+	if !cfg.Download {
+		body = bytes.Repeat([]byte("x"), cfg.Body)
+	}
 	plan := newDelayPlan(cfg)
 	switch cfg.Mode {
 	case modeSerial:
+		h := serialHandler(plan, body, cfg.Track, cfg.Chunked)
+		if cfg.Download {
+			h = downloadHandler(cfg.Body)
+		}
 		srv := &http.Server{
-			Handler:           serialHandler(plan, body, cfg.Track, cfg.Chunked),
+			Handler:           h,
 			ReadHeaderTimeout: 30 * time.Second,
 			ErrorLog:          nil,
 		}
@@ -442,6 +456,30 @@ func serveStream(w http.ResponseWriter, r *http.Request) {
 		case <-tick.C:
 		}
 	}
+}
+
+// downloadHandler is the download suite's server (serverConfig.Download):
+// smallBody bytes at smallPath, size bytes anywhere else.
+func downloadHandler(size int) http.Handler {
+	block := bytes.Repeat([]byte("x"), max(smallBody, min(size, 1<<20)))
+	small, clen := strconv.Itoa(smallBody), strconv.Itoa(size)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h["Content-Type"] = []string{"application/octet-stream"}
+		if r.URL.Path == smallPath {
+			h["Content-Length"] = []string{small}
+			w.Write(block[:smallBody])
+			return
+		}
+		h["Content-Length"] = []string{clen}
+		for left := size; left > 0; {
+			n, err := w.Write(block[:min(left, len(block))])
+			if err != nil {
+				return
+			}
+			left -= n
+		}
+	})
 }
 
 // concurrentServer is a minimal HTTP/1.1 server for pipelining benchmarks.

@@ -26,7 +26,7 @@ import (
 
 // Suites, in the order "all" runs them. Each is a list of scenarios; see
 // suiteScenarios and README.md.
-var suiteNames = []string{"default", "concurrency", "bodies", "chunked", "p1", "p5", "post", "upload", "slow", "undici", "hosts", "addrs", "tls", "rest"}
+var suiteNames = []string{"default", "concurrency", "bodies", "chunked", "p1", "p5", "post", "upload", "slow", "undici", "hosts", "addrs", "tls", "rest", "download"}
 
 // suiteAbout says in a sentence what each suite shows (the -markdown page).
 var suiteAbout = map[string]string{
@@ -43,6 +43,7 @@ var suiteAbout = map[string]string{
 	"hosts":       "200 hosts on 127.0.0.1, requests spread over them: pools per host, and the connections and goroutines left at the end.",
 	"rest":        "A REST client's load: every request to its own path `/items/<id>`; then the same load beside a long-lived streaming GET (ndjson, a line every 100 ms) closed and sent again every 500 ms, on the same host.",
 	"tls":         "HTTP/1.1 over TLS, and HTTP/2 where the server offers it (the serial server does; the concurrent one speaks HTTP/1.1 only).",
+	"download":    "One caller downloading 1 MiB, 64 MiB and 1 GiB bodies in 32 KiB reads, alone and beside ten callers' paced 128 B GETs to the same host: the download's MB/s and the client's CPU per MB, with fasthttp's streaming body.",
 }
 
 // defaultSuites run when neither a scenario (C/K/P/DELAY) nor a suite is
@@ -170,6 +171,16 @@ func suiteScenarios(name string, o *options) []scenario {
 		// connections per address make an even share possible.
 		out = append(out, scenario{Server: modeConcurrent, C: 6, K: 10, P: 60, Delay: ms, Body: 128, Backends: 3, Track: true,
 			Clients: []string{clientNetHTTP, clientPipelined, clientFastHost}})
+	case "download":
+		// One caller downloading 1 MiB, 64 MiB and 1 GiB bodies, alone
+		// and beside ten callers' small GETs to the same host: the cost
+		// of a stream, and whether requests beside it slow it down.
+		for _, size := range downloadSizes {
+			for _, beside := range []int{0, downloadBeside} {
+				out = append(out, scenario{Server: modeSerial, C: 5, K: 10, P: 1, Body: size, Download: true, Beside: beside,
+					Clients: []string{clientNetHTTP, clientPipelined, clientFastHostStream}})
+			}
+		}
 	case "tls":
 		// HTTP/1.1 over TLS, and HTTP/2 where the server offers it (the
 		// serial server is net/http's, which speaks h2; the concurrent one
