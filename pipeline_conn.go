@@ -1320,7 +1320,10 @@ func (s *bodyStream) pump() error {
 			return net.ErrClosed // closed under the body (fail): its cause stands
 		}
 		if sp == nil {
-			return c.drain(lr, cr, s.tentative && !s.isStream()) // closed early by the caller
+			s.mu.Lock()
+			drains := s.drainsLocked()
+			s.mu.Unlock()
+			return c.drain(lr, cr, drains) // closed early by the caller
 		}
 		n, err := src.Read(sp)
 		s.b.commit(n)
@@ -1399,15 +1402,28 @@ func (s *bodyStream) streamLocked() {
 // s.mu is held.
 func (s *bodyStream) onCloseLocked() bool {
 	c, a := s.c, s.a
-	if s.chunkedOrUntilClose {
+	if s.chunkedOrUntilClose && !s.drainsLocked() {
 		// Closing a body of unknown length early closes the connection
 		// (a stream nobody reads any more). A known remainder is drained
 		// or not by drain.
 		return s.b.setOnClose(func() { c.fail(errDrainTooLong) })
 	}
-	s.early = &earlyClose{c: c, a: a}
-	s.early.watch(s.b)
+	if s.early == nil { // a tentative body's is set at its first read (startTimer)
+		s.early = &earlyClose{c: c, a: a}
+		s.early.watch(s.b)
+	}
 	return true
+}
+
+// drainsLocked reports whether a chunked body closed early is read on to
+// its end (up to maxDrain, within its early close's wait, pconn.drain):
+// one read ahead as bounded (tentative), even once it grew past
+// maxBufferedBody, as Go 1.27's net/http drains one (golang/go#77370);
+// not one taken for a stream of events (nothing of it came for its gap,
+// or its type or path said so), whose server learns at once that nobody
+// reads it, the connection being closed. s.mu is held.
+func (s *bodyStream) drainsLocked() bool {
+	return s.tentative && !s.a.events
 }
 
 // isStream reports whether the body became a stream.

@@ -871,6 +871,71 @@ func TestEarlyCloseKeepsConnectionWhenSmall(t *testing.T) {
 	}
 }
 
+// TestEarlyCloseDrainsSmallRemainder: a body closed early with at most
+// maxDrain left is read on to its end and its connection kept, of known
+// length or chunked, a chunked one also when it grew past maxBufferedBody
+// and was read as a stream (Go 1.27's net/http drains a chunked one too,
+// golang/go#77370; before, a chunked stream's connection was closed); a
+// larger remainder closes the connection.
+func TestEarlyCloseDrainsSmallRemainder(t *testing.T) {
+	const size = 1 << 20
+	tests := []struct {
+		name    string
+		chunked bool
+		read    int
+		conns   int64 // connections for this GET and the next
+	}{
+		{"length, small rest", false, size - 100<<10, 1},
+		{"chunked, small rest", true, size - 100<<10, 1},
+		{"length, large rest", false, 10, 2},
+		{"chunked, large rest", true, 10, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			verifyNoLeaks(t)
+			srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+				for {
+					if _, err := http.ReadRequest(br); err != nil {
+						return
+					}
+					if !tt.chunked {
+						fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", size, strings.Repeat("z", size))
+						continue
+					}
+					bw := bufio.NewWriter(c)
+					bw.WriteString("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+					for range size / (16 << 10) {
+						fmt.Fprintf(bw, "4000\r\n%s\r\n", strings.Repeat("z", 16<<10))
+					}
+					bw.WriteString("0\r\n\r\n")
+					if bw.Flush() != nil {
+						return
+					}
+				}
+			})
+			tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1})
+			resp, err := get(t, tr, srv.url("/"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(resp.Body, make([]byte, tt.read)); err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			resp, err = get(t, tr, srv.url("/")) // waits for the one connection
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := readBody(t, resp); len(got) != size {
+				t.Errorf("second body: %d bytes, want %d", len(got), size)
+			}
+			if n := srv.conns.Load(); n != tt.conns {
+				t.Errorf("connections = %d, want %d", n, tt.conns)
+			}
+		})
+	}
+}
+
 // TestEarlyCloseStalledRemainder closes a response body early whose rest
 // the server never sends: the connection must not wait for it for ever. A
 // request cancelled before the close gives its connection up at once, as
