@@ -329,10 +329,25 @@ func (t *Transport) dialTCP(ctx context.Context, addr string) (net.Conn, error) 
 	return conn, err
 }
 
-// dialTLSHook dials addr with DialTLSContext and, if it returns a *tls.Conn
-// that has not completed its handshake, performs it (as net/http does).
-// TLSClientConfig and TLSHandshakeTimeout do not apply. A negotiated "h2"
-// is accepted only if allowH2.
+// tlsStater is a TLS connection as net/http takes one from DialTLSContext
+// (golang/go#21753, Go 1.27): a *tls.Conn, or any connection with its
+// ConnectionState method (a wrapper, another TLS implementation), whose
+// state says what ALPN chose. tlsHandshaker is one that can be
+// handshaken.
+type tlsStater interface {
+	ConnectionState() tls.ConnectionState
+}
+
+type tlsHandshaker interface {
+	tlsStater
+	HandshakeContext(ctx context.Context) error
+}
+
+// dialTLSHook dials addr with DialTLSContext and, if it returns a TLS
+// connection (tlsStater) that has not completed its handshake and can
+// perform it, performs it (as net/http does); the connection's state then
+// says which protocol it speaks. TLSClientConfig and TLSHandshakeTimeout
+// do not apply. A negotiated "h2" is accepted only if allowH2.
 func (t *Transport) dialTLSHook(ctx context.Context, addr string, allowH2 bool) (net.Conn, *tls.ConnectionState, error) {
 	conn, err := t.opts.DialTLSContext(ctx, "tcp", addr)
 	if err == nil && conn == nil {
@@ -341,12 +356,12 @@ func (t *Transport) dialTLSHook(ctx context.Context, addr string, allowH2 bool) 
 	if err != nil {
 		return nil, nil, err
 	}
-	tc, ok := conn.(*tls.Conn)
+	tc, ok := conn.(tlsStater)
 	if !ok {
 		return conn, nil, nil
 	}
-	if !tc.ConnectionState().HandshakeComplete {
-		if err := handshake(ctx, tc); err != nil {
+	if h, ok := conn.(tlsHandshaker); ok && !tc.ConnectionState().HandshakeComplete {
+		if err := handshake(ctx, h); err != nil {
 			conn.Close()
 			return nil, nil, err
 		}
@@ -356,7 +371,7 @@ func (t *Transport) dialTLSHook(ctx context.Context, addr string, allowH2 bool) 
 		conn.Close()
 		return nil, nil, err
 	}
-	return tc, &st, nil
+	return conn, &st, nil
 }
 
 // addTLS runs a TLS client handshake over conn for serverName, with a clone
@@ -405,7 +420,7 @@ func (t *Transport) addTLS(ctx context.Context, conn net.Conn, serverName string
 // While a hook runs, nobody waits for the dial (firstHop.hooked): a
 // request the hook sends to the host dials its own, as with net/http,
 // instead of waiting for the dial that runs the hook.
-func handshake(ctx context.Context, tc *tls.Conn) error {
+func handshake(ctx context.Context, tc tlsHandshaker) error {
 	trace := httptrace.ContextClientTrace(ctx)
 	hop := hopOf(ctx)
 	if trace != nil && trace.TLSHandshakeStart != nil {

@@ -685,3 +685,88 @@ func TestDialTLSContextRefusesH2(t *testing.T) {
 		t.Fatalf("RoundTrip error = %v, want a refusal of h2", err)
 	}
 }
+
+// stateConn is a TLS connection that is not a *tls.Conn: a wrapper with
+// the ConnectionState and HandshakeContext methods, as another TLS
+// implementation or an instrumented connection has.
+type stateConn struct {
+	net.Conn
+	tc *tls.Conn
+}
+
+func (c stateConn) ConnectionState() tls.ConnectionState       { return c.tc.ConnectionState() }
+func (c stateConn) HandshakeContext(ctx context.Context) error { return c.tc.HandshakeContext(ctx) }
+
+// A TLS connection from DialTLSContext that is not a *tls.Conn but has
+// ConnectionState (golang/go#21753: net/http reads ALPN's choice from it
+// since Go 1.27) speaks what ALPN chose, HTTP/2 included, is handshaken if
+// it has not been (with the trace hooks), and is resp.TLS; an h2 it
+// negotiated is refused when HTTP/2 is off. Before, it was taken for
+// HTTP/1.1 whatever it negotiated, with no resp.TLS.
+func TestDialTLSContextConnectionState(t *testing.T) {
+	var h1 http.Protocols
+	h1.SetHTTP1(true)
+	tests := []struct {
+		name      string
+		server    string
+		offer     []string
+		handshake bool // the hook handshakes itself
+		protocols *http.Protocols
+		want      string // resp.Proto, or the error
+	}{
+		{"h2", h2Prefer, []string{"h2", "http/1.1"}, true, nil, "HTTP/2.0"},
+		{"h2 not handshaken", h2Prefer, []string{"h2", "http/1.1"}, false, nil, "HTTP/2.0"},
+		{"http/1.1", h2Prefer, []string{"http/1.1"}, true, nil, "HTTP/1.1"},
+		{"no ALPN", h1Only, nil, false, nil, "HTTP/1.1"},
+		{"h2 refused", h2Prefer, []string{"h2"}, true, &h1, `negotiated protocol "h2"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			verifyNoLeaks(t)
+			srv, _ := h2TestServer(t, tt.server, protoHandler(), nil)
+			tr := newTestTransport(t, TransportOptions{
+				Protocols: tt.protocols,
+				DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+					var d net.Dialer
+					c, err := d.DialContext(ctx, network, addr)
+					if err != nil {
+						return nil, err
+					}
+					cfg := tlsRoots(srv)
+					cfg.ServerName = "example.com"
+					cfg.NextProtos = tt.offer
+					tc := tls.Client(c, cfg)
+					if tt.handshake {
+						if err := tc.HandshakeContext(ctx); err != nil {
+							c.Close()
+							return nil, err
+						}
+					}
+					return stateConn{tc, tc}, nil
+				},
+			})
+			var trace tlsTrace
+			req, _ := http.NewRequestWithContext(trace.ctx(), "GET", srv.URL, nil)
+			resp, err := tr.RoundTrip(req)
+			if strings.HasPrefix(tt.want, "HTTP/") {
+				if err != nil {
+					t.Fatalf("RoundTrip: %v", err)
+				}
+				body := readBody(t, resp)
+				if resp.Proto != tt.want || body != tt.want {
+					t.Errorf("Proto %s, the server heard %q; want %s", resp.Proto, body, tt.want)
+				}
+				if resp.TLS == nil || !resp.TLS.HandshakeComplete {
+					t.Errorf("resp.TLS = %+v, want the connection's state", resp.TLS)
+				}
+			} else if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("RoundTrip error = %v, want %q", err, tt.want)
+			}
+			trace.mu.Lock()
+			defer trace.mu.Unlock()
+			if want := map[bool]int{false: 1, true: 0}[tt.handshake]; trace.starts != want || len(trace.dones) != want {
+				t.Errorf("trace: %d starts, %d dones, want %d", trace.starts, len(trace.dones), want)
+			}
+		})
+	}
+}

@@ -321,7 +321,16 @@ func (h *h2Host) adopt(conn net.Conn, state *tls.ConnectionState) error {
 func (h *h2Host) newConn(conn net.Conn) (*h2Conn, error) {
 	// No httptrace in this context: the dial's hooks have fired already.
 	ctx := context.WithValue(h.t.ctx, h2ConnKey{}, conn)
-	cc, err := h.t.privateTransport().NewClientConn(ctx, h.key.scheme, h.key.addr)
+	scheme := h.key.scheme
+	if _, ok := conn.(*tls.Conn); !ok {
+		// A TLS connection of DialTLSContext's that is not a *tls.Conn
+		// (tlsStater) negotiated h2: Go 1.26's net/http would take it for
+		// HTTP/1.1 over https, so it is handed over as a connection to
+		// speak HTTP/2 on from the start (the private Transport's
+		// UnencryptedHTTP2), which it is, TLS being below it already.
+		scheme = "http"
+	}
+	cc, err := h.t.privateTransport().NewClientConn(ctx, scheme, h.key.addr)
 	if err != nil {
 		conn.Close()
 		return nil, err
