@@ -818,7 +818,8 @@ func (h *h2Host) do(req *http.Request, gotConnFired bool, queued *RequestEvent) 
 }
 
 // Errors of net/http's HTTP/2 client that say a request was not processed
-// (h2_bundle.go; unexported there, so matched by text).
+// (h2_bundle.go in Go 1.26, net/http/internal/http2 in Go 1.27, the same
+// texts; unexported there, so matched by text).
 const (
 	h2ErrConnUnusable = "http2: client conn not usable"
 	// A new connection that closed before its first stream began (a
