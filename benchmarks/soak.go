@@ -456,10 +456,15 @@ func soakErrorKind(err error) string {
 		return "ErrTransportClosed"
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return "unexpected EOF"
+	case errors.As(err, &ce):
+		// A ConnError is a net.Error itself (its cause's Timeout): what
+		// the network said is its cause's.
+		if errors.As(ce.Err, &ne) {
+			return "net error"
+		}
+		return "ConnError (other)"
 	case errors.As(err, &ne):
 		return "net error"
-	case errors.As(err, &ce):
-		return "ConnError (other)"
 	case errors.Is(err, errBadStatus):
 		return "bad status"
 	}

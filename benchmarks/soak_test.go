@@ -115,6 +115,7 @@ func TestSoakErrorKind(t *testing.T) {
 		{io.ErrUnexpectedEOF, "unexpected EOF"},
 		{&net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}, "net error"},
 		{&pipelined.ConnError{Err: io.EOF}, "ConnError (other)"}, // not written: not ErrServerClosed
+		{&pipelined.ConnError{Err: &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}}, "net error"},
 		{fmt.Errorf("%w 500", errBadStatus), "bad status"},
 		{errors.New("x"), "other"},
 	} {
