@@ -402,8 +402,10 @@ func (p *hostPool) assignLocked(c *pconn, a *attempt) httptrace.GotConnInfo {
 		p.retireLocked(c, CloseKeepAliveEnd) // the server accepts no more on it (Keep-Alive max)
 	}
 	if !a.r.pipelineable || a.alone || !a.follow.ok() {
-		// Nothing is written behind it until its head says what its
-		// answer is (gotHeadersLocked).
+		// Nothing is written behind it: a request that is not safe
+		// until its final status (gotHeadersLocked), one alone or of a
+		// route not known to answer bounded and quickly (model.go) until
+		// its answer is read.
 		s.exclusive = true
 	}
 	if a.r.closeAfter || a.r.upgrade {
