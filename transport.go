@@ -145,9 +145,9 @@ type TransportOptions struct {
 	// closes the connection of a cancelled one too), and it frees the
 	// connection's place under MaxConnsPerHost at once. If the head's
 	// answer wins, the copy runs to its end, or until the request's context
-	// is cancelled, and its answer is discarded. Copies are held to a
-	// budget of about 2% of requests, as re-sends from behind late heads
-	// are to theirs. A copy fires none of the request's httptrace hooks (a
+	// is cancelled, and its answer is discarded. Copies are held to the
+	// host's one budget of duplicates, about 2% of requests, which early
+	// re-sends from behind late heads spend too. A copy fires none of the request's httptrace hooks (a
 	// dial it starts carries the request's context values, as every dial
 	// does); an Observer sees its attempts with Resend set to ResendHedge.
 	//
