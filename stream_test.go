@@ -229,19 +229,7 @@ func TestGetBesideOpenStreams(t *testing.T) {
 func TestFullDuplexBody(t *testing.T) {
 	verifyNoLeaks(t)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rc := http.NewResponseController(w)
-		rc.EnableFullDuplex()
-		w.WriteHeader(http.StatusOK)
-		rc.Flush()
-		br := bufio.NewReader(r.Body)
-		for {
-			line, err := br.ReadString('\n')
-			if err != nil {
-				return
-			}
-			io.WriteString(w, "echo "+line)
-			rc.Flush()
-		}
+		echoLines(w, r, "")
 	}))
 	defer srv.Close()
 	tr := newTestTransport(t, TransportOptions{})
@@ -489,19 +477,7 @@ func TestFullDuplexBodyWrittenLater(t *testing.T) {
 			io.WriteString(w, "warm")
 			return
 		}
-		rc := http.NewResponseController(w)
-		rc.EnableFullDuplex()
-		io.WriteString(w, "hello\n")
-		rc.Flush()
-		br := bufio.NewReader(r.Body)
-		for {
-			line, err := br.ReadString('\n')
-			if err != nil {
-				return
-			}
-			io.WriteString(w, "echo "+line)
-			rc.Flush()
-		}
+		echoLines(w, r, "hello\n")
 	}))
 	defer srv.Close()
 	tests := []struct {
@@ -679,5 +655,28 @@ func TestStreamReadsIntoCallerBuffer(t *testing.T) {
 				t.Errorf("largest read from the connection: %d bytes, want the caller's %d", l, large)
 			}
 		})
+	}
+}
+
+// echoLines answers a full-duplex request: greeting (or, if empty, the
+// status alone) at once, then "echo " and each line of the request body
+// as it arrives.
+func echoLines(w http.ResponseWriter, r *http.Request, greeting string) {
+	rc := http.NewResponseController(w)
+	rc.EnableFullDuplex()
+	if greeting == "" {
+		w.WriteHeader(http.StatusOK)
+	} else {
+		io.WriteString(w, greeting)
+	}
+	rc.Flush()
+	br := bufio.NewReader(r.Body)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return
+		}
+		io.WriteString(w, "echo "+line)
+		rc.Flush()
 	}
 }
