@@ -208,13 +208,20 @@ func (m *hostModel) follow(c routeClass) followVerdict {
 }
 
 // lateAfter is how long a head may wait before it is late: 20 of the
-// host's usual waits (headWaits), and never longer than HeadOfLineTimeout
-// (hol), after which requests behind it are moved anyway.
+// host's usual waits, at least 50 ms (headWaits), and never longer than
+// HeadOfLineTimeout (hol; 0 or less: disabled), after which requests
+// behind it are moved anyway.
+// Before the host's first head wait is known, only hol counts.
 func (m *hostModel) lateAfter(hol time.Duration) time.Duration {
-	if m.heads.usual == 0 {
-		return hol
+	late := m.heads.lateAfter()
+	switch {
+	case hol <= 0:
+	case m.heads.usual == 0:
+		late = hol
+	default:
+		late = min(late, hol)
 	}
-	return min(m.heads.lateAfter(), hol)
+	return late
 }
 
 // noteAnswer records an answer of class c at now: its kind, and, if its

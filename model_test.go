@@ -212,3 +212,22 @@ func BenchmarkClassOf(b *testing.B) {
 		classOf(req, http.MethodGet)
 	}
 }
+
+// TestHostModelNoHeadOfLineTimeout: with HeadOfLineTimeout disabled (a
+// negative value), lateness is the host's own: 20 usual waits, at least
+// 50 ms.
+func TestHostModelNoHeadOfLineTimeout(t *testing.T) {
+	m := newHostModel(false)
+	for i, s := range []struct {
+		c    routeClass
+		wait time.Duration
+	}{{1, 2 * time.Millisecond}, {1, 2 * time.Millisecond}, {2, 60 * time.Millisecond}, {3, 40 * time.Millisecond}} {
+		m.noteHeadWait(s.wait)
+		m.noteAnswer(s.c, monoTime(i), answerBounded, s.wait, -1)
+	}
+	for c, want := range map[routeClass]followVerdict{1: followKnown, 2: followLate, 3: followKnown} {
+		if got := m.follow(c); got != want {
+			t.Errorf("follow(%d) = %v, want %v", c, got, want)
+		}
+	}
+}
