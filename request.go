@@ -54,7 +54,7 @@ type request struct {
 	bodyUsed       bool // req.Body was handed to a write
 	proxyAuth      string
 
-	obs *requestObs // for the Observer (observe.go), only when there is one
+	obs *requestObs // for the Observer (observer_report.go), only when there is one
 
 	// copyOf is, for a copy of a late head (hostPool.hedge), the attempt
 	// it copies; a copy has no httptrace hooks and is never copied itself.
@@ -237,7 +237,7 @@ type attempt struct {
 	// places a; 0 otherwise.
 	probeAfter time.Duration
 
-	// For the Observer (observe.go).
+	// For the Observer (observer_report.go).
 	n                int32       // 1 for the first attempt
 	inflightAtAssign int32       // set under hostPool.mu by assignLocked
 	cause            ResendCause // why this attempt is sent
@@ -491,7 +491,7 @@ func writeRequest(w *bufio.Writer, lw *limitWriter, r *request, body io.ReadClos
 	var bodyR io.Reader = body
 	flushHead := false
 	if body != nil && req.ContentLength == 0 && methodUsuallyLacksBody(r.method) {
-		// probe.go: send an empty body of unknown length as no body.
+		// emptybody.go: send an empty body of unknown length as no body.
 		bodyR, flushHead = probeBody(body)
 		if bodyR == nil {
 			body = nil // the deferred Close still closes the caller's body
