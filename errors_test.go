@@ -198,18 +198,7 @@ func TestTimeoutErrors(t *testing.T) {
 				var errs [2]error
 				for i, pipelined := range []bool{false, true} {
 					ht := tt.tr()
-					var rt http.RoundTripper = ht
-					if pipelined {
-						p := NewTransport(OptionsFrom(ht))
-						defer p.Close()
-						rt = p
-					} else {
-						defer ht.CloseIdleConnections()
-					}
-					c := &http.Client{Transport: rt}
-					if via == "RoundTrip" {
-						c.Transport = unwrapped{rt}
-					}
+					c := clientOver(t, ht, pipelined, via)
 					errs[i] = tt.do(t, c)
 					if errs[i] == nil {
 						t.Fatalf("%s, pipelined %v: no error", via, pipelined)
@@ -223,6 +212,24 @@ func TestTimeoutErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// clientOver returns a Client over ht, or over a pipelined Transport with
+// ht's options, closed when t ends; via "RoundTrip", its errors reach the
+// caller unwrapped.
+func clientOver(t *testing.T, ht *http.Transport, pipelined bool, via string) *http.Client {
+	var rt http.RoundTripper = ht
+	if pipelined {
+		p := NewTransport(OptionsFrom(ht))
+		t.Cleanup(func() { p.Close() })
+		rt = p
+	} else {
+		t.Cleanup(ht.CloseIdleConnections)
+	}
+	if via == "RoundTrip" {
+		rt = unwrapped{rt}
+	}
+	return &http.Client{Transport: rt}
 }
 
 // unwrapped is a RoundTripper whose errors reach an http.Client's caller
@@ -282,18 +289,7 @@ func TestTimerProxyConnectTimeout(t *testing.T) {
 						Proxy:       http.ProxyURL(&url.URL{Scheme: "http", Host: "proxy.test:8080"}),
 						DialContext: proxy.dial,
 					}
-					var rt http.RoundTripper = ht
-					if pipelined {
-						p := NewTransport(OptionsFrom(ht))
-						defer p.Close()
-						rt = p
-					} else {
-						defer ht.CloseIdleConnections()
-					}
-					c := &http.Client{Transport: rt}
-					if via == "RoundTrip" {
-						c.Transport = unwrapped{rt}
-					}
+					c := clientOver(t, ht, pipelined, via)
 					err := getErr(context.Background(), c, "https://example.com/")
 					var ne net.Error
 					if !errors.As(err, &ne) || !ne.Timeout() {
