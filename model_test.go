@@ -2,7 +2,9 @@ package pipelined
 
 import (
 	"fmt"
+	"math"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 )
@@ -26,7 +28,7 @@ func TestClassOf(t *testing.T) {
 	}{
 		{"ids with digits", get("http://h/items/8f3a19c2"), get("http://h/items/77c2d0e1"), true},
 		{"uuids", get("http://h/items/123e4567-e89b-12d3-a456-426614174000/tags"), get("http://h/items/00000000-0000-0000-0000-000000000001/tags"), true},
-		{"long ids without digits", get("http://h/u/abcdefghijklmnopqrstuvwxyz"), get("http://h/u/zyxwvutsrqponmlkjihgfedcba"), true},
+		{"names without digits", get("http://h/u/abcdefghijklmnopqrstuvwxyz"), get("http://h/u/zyxwvutsrqponmlkjihgfedcba"), false},
 		{"query values", get("http://h/api/v1/pods?limit=500"), get("http://h/api/v1/pods?limit=20"), true},
 		{"query order", get("http://h/x?a=1&b=2"), get("http://h/x?b=3&a=4"), true},
 		{"a watch beside a list", get("http://h/api/v1/pods?watch=1"), get("http://h/api/v1/pods?limit=500"), false},
@@ -122,7 +124,7 @@ func TestHostModel(t *testing.T) {
 			[]modelStep{quick(list), slow(poll, 2*time.Second), quick(poll)},
 			want{poll: followLate}},
 		{"a quick class slow once is not late", false,
-			[]modelStep{quick(list), quick(list), slow(list, 200*time.Millisecond), quick(list)},
+			append(repeat(10, quick(list)), slow(list, 200*time.Millisecond), quick(list)),
 			want{list: followKnown}},
 		{"a late class that answers quickly long enough", false,
 			append([]modelStep{quick(list), slow(poll, 200*time.Millisecond)}, repeat(60, quick(poll))...),
@@ -193,8 +195,7 @@ func TestHostModelChanged(t *testing.T) {
 		kind answerKind
 		wait time.Duration
 	}{{answerBounded, time.Millisecond}, {answerBounded, time.Millisecond}, {answerStream, time.Millisecond}, {answerStream, 0},
-		{answerBounded, 3 * time.Second}, {answerBounded, 3 * time.Second}, {answerBounded, 3 * time.Second}, {answerBounded, 3 * time.Second},
-		{answerBounded, 3 * time.Second}, {answerBounded, 3 * time.Second}, {answerBounded, 3 * time.Second}, {answerBounded, 3 * time.Second},
+		{answerBounded, time.Millisecond}, {answerBounded, 3 * time.Second}, {answerBounded, 3 * time.Second}, {answerBounded, 3 * time.Second},
 		{answerStream, 0}} {
 		if m.noteAnswer(7, monoTime(i), s.kind, s.wait, time.Second) {
 			got = append(got, m.follow(7).String())
@@ -228,6 +229,313 @@ func TestHostModelNoHeadOfLineTimeout(t *testing.T) {
 	for c, want := range map[routeClass]followVerdict{1: followKnown, 2: followLate, 3: followKnown} {
 		if got := m.follow(c); got != want {
 			t.Errorf("follow(%d) = %v, want %v", c, got, want)
+		}
+	}
+}
+
+// TestSerialVerdict: serviceOrder.note(now, gap, writeGap, shadow) over a
+// sequence of answers = the verdict "runs requests one at a time" after it.
+func TestSerialVerdict(t *testing.T) {
+	const ms, us = time.Millisecond, time.Microsecond
+	type s struct{ gap, writeGap, shadow time.Duration }
+	rep := func(n int, x s) []s { return slices.Repeat([]s{x}, n) }
+	// mixed returns n answers, every other one behind a quick answer (a
+	// shadow of 100 µs) or a slow one (50 ms); two in five of each kind
+	// come late (30 ms: a service time) if lateAfterSlow, else only those
+	// behind quick answers: the order of a server that runs requests one
+	// at a time, or at once, when 60% of its service times are short.
+	mixed := func(n int, lateAfterSlow bool) []s {
+		var out []s
+		for i := range n {
+			a := s{gap: 50 * us, shadow: 100 * us}
+			if i%2 == 1 {
+				a.shadow = 50 * ms
+			}
+			if k := (i / 2) % 5; (k == 0 || k == 3) && (i%2 == 0 || lateAfterSlow) {
+				a.gap = 30 * ms
+			}
+			out = append(out, a)
+		}
+		return out
+	}
+	// spaced gives answers whose requests were written a service time
+	// after the one ahead: the score takes none, the mixed rates all.
+	spaced := func(answers []s) []s {
+		for i := range answers {
+			answers[i].writeGap = ms
+		}
+		return answers
+	}
+	tests := []struct {
+		name    string
+		answers []s
+		want    bool
+		mixed   bool // the verdict came from the mixed rates: not pipelined (serialDepth)
+	}{
+		{"serial server, burst", rep(memory, s{ms, 0, 0}), true, false},
+		{"concurrent server, burst", rep(2*memory, s{10 * us, 0, 0}), false, false},
+		{"closed loop: writes spaced as answers", rep(2*memory, s{ms, ms, 0}), false, false},
+		{"too few", rep(memory-1, s{ms, 0, 0}), false, false},
+		{"still serial after a few answers that came together", append(rep(memory, s{ms, 0, 0}), rep(memory/2, s{10 * us, 0, 0})...), true, false},
+		{"revoked by answers that came together", append(rep(memory, s{ms, 0, 0}), rep(memory+memory/8, s{10 * us, 0, 0})...), false, false},
+		{"one answer read late does not revoke", append(append(rep(memory, s{ms, 0, 0}), s{0, 0, 0}), rep(2, s{ms, 0, 0})...), true, false},
+		{"serial server, mixed service times", mixed(2*memory, true), true, true},
+		{"serial server, mixed, too few to tell", mixed(2*memory-2, true), false, false},
+		{"serial server, mixed, writes spaced as answers", spaced(mixed(2*memory, true)), true, true},
+		{"concurrent server, mixed, writes spaced as answers", spaced(mixed(2*memory, false)), false, false},
+		{"concurrent server, mixed service times", mixed(2*memory, false), false, false},
+		{"serial, mixed, a run of quick answers does not revoke", append(mixed(2*memory, true), rep(8, s{10 * us, 0, 0})...), true, true},
+		{"score's verdict overruled by mixed evidence", append(mixed(4*memory, false), rep(5, s{ms, 0, 0})...), false, false},
+	}
+	for _, tt := range tests {
+		var o serviceOrder
+		now := time.Unix(0, 0)
+		for _, a := range tt.answers {
+			now = now.Add(time.Millisecond)
+			o.note(now, a.gap, a.writeGap, a.shadow)
+		}
+		if got := o.serial(now); got != tt.want {
+			t.Errorf("%s: serial = %v (score %.2f), want %v", tt.name, got, o.score.v, tt.want)
+		}
+		if got := o.serial(now) && o.mixed; got != tt.mixed {
+			t.Errorf("%s: serial and mixed = %v, want %v", tt.name, got, tt.mixed)
+		}
+	}
+}
+
+// TestSerialVerdictExpires: the serial verdict holds verdictFor after its
+// last evidence.
+func TestSerialVerdictExpires(t *testing.T) {
+	var o serviceOrder
+	now := time.Unix(0, 0)
+	for range memory {
+		o.note(now, time.Millisecond, 0, 0)
+	}
+	for _, tt := range []struct {
+		after time.Duration
+		want  bool
+	}{{0, true}, {verdictFor - time.Second, true}, {verdictFor, false}} {
+		if got := o.serial(now.Add(tt.after)); got != tt.want {
+			t.Errorf("serial %v after the last evidence = %v, want %v", tt.after, got, tt.want)
+		}
+	}
+}
+
+// TestMixedOrder: mixedOrder(afterQuick, afterSlow) = got, want want.
+func TestMixedOrder(t *testing.T) {
+	known := func(rate float64) estimate { return estimate{n: memory, v: rate} }
+	tests := []struct {
+		name              string
+		afterQuick, after estimate
+		want              order
+	}{
+		{"nothing yet", estimate{}, estimate{}, orderUnknown},
+		{"too few behind slow answers", known(0.4), estimate{n: memory - 1, v: 0.4}, orderUnknown},
+		{"too few behind quick answers", estimate{n: memory - 1, v: 0.4}, known(0.4), orderUnknown},
+		{"hardly any long answers", known(0.9 / memory), known(0), orderUnknown},
+		{"as often behind slow answers", known(0.3), known(0.3), orderSerial},
+		{"at the serial threshold", known(0.5), known(0.3), orderSerial},
+		{"more often behind slow answers", known(0.2), known(0.5), orderSerial},
+		{"far less often behind slow answers", known(0.3), known(0.09), orderConcurrent},
+		{"never behind slow answers", known(0.3), known(0), orderConcurrent},
+		{"between", known(0.4), known(0.2), orderUnsure},
+	}
+	for _, tt := range tests {
+		if got := mixedOrder(tt.afterQuick, tt.after); got != tt.want {
+			t.Errorf("%s: mixedOrder(%+v, %+v) = %v, want %v", tt.name, tt.afterQuick, tt.after, got, tt.want)
+		}
+	}
+}
+
+// TestEstimate: an estimate is the mean of its first memory observations,
+// then moves by 1/memory of each new one.
+func TestEstimate(t *testing.T) {
+	var e estimate
+	for i := range memory {
+		e.add(fromBool(i%4 == 0))
+	}
+	if want := 0.25; !e.known() || math.Abs(e.v-want) > 1e-9 {
+		t.Fatalf("after %d observations: known %v, v = %v, want true, %v", memory, e.known(), e.v, want)
+	}
+	e.add(1)
+	if want := 0.25 + 0.75/memory; e.n != memory || math.Abs(e.v-want) > 1e-9 {
+		t.Fatalf("one more: n = %d, v = %v, want %d, %v", e.n, e.v, memory, want)
+	}
+}
+
+func TestBytesDepth(t *testing.T) {
+	const kib = 1 << 10
+	tests := []struct {
+		depth int
+		avg   float64
+		want  int
+	}{
+		{10, 0, 10},         // no body seen yet
+		{10, 128, 10},       // small answers: the configured depth
+		{10, 16 * kib, 10},  // 32 fit in pipelineBytes
+		{10, 64 * kib, 8},   // 8 fit
+		{4, 64 * kib, 4},    // the default depth is below that
+		{10, 256 * kib, 2},  // 2 fit
+		{10, 4096 * kib, 2}, // none fit: at least one behind the head
+		{2, 4096 * kib, 2},
+		{1, 4096 * kib, 1}, // pipelining off stays off
+	}
+	for _, tt := range tests {
+		if got := bytesDepth(tt.depth, tt.avg); got != tt.want {
+			t.Errorf("bytesDepth(%d, %v) = %d, want %d", tt.depth, tt.avg, got, tt.want)
+		}
+	}
+}
+
+// TestHeadWaits: the verdict that requests written behind a head lose by
+// it (headWaits), after a run of answers of the given
+// waits, the pattern repeated.
+func TestHeadWaits(t *testing.T) {
+	ms := time.Millisecond
+	for _, tt := range []struct {
+		name    string
+		pattern []time.Duration // repeated to 2000 answers
+		once    bool            // the pattern once, not repeated
+		want    bool
+	}{
+		{name: "all quick", pattern: []time.Duration{ms}},
+		{name: "1% after 200 ms, the rest after 1 ms", pattern: append(slices.Repeat([]time.Duration{ms}, 99), 200*ms), want: true},
+		{name: "0.1% after 1 s, the rest after 30 ms", pattern: append(slices.Repeat([]time.Duration{30 * ms}, 999), time.Second)},
+		{name: "all after 200 ms", pattern: []time.Duration{200 * ms}},
+		{name: "varied, none late", pattern: []time.Duration{ms, 5 * ms, 2 * ms, 9 * ms}},
+		{name: "5 late, then 100 quick answers: still on", pattern: quickLateQuick(100, 5, 100), once: true, want: true},
+		{name: "5 late, then 300 quick answers: off again", pattern: quickLateQuick(100, 5, 300), once: true},
+	} {
+		var h headWaits
+		n := 2000
+		if tt.once {
+			n = len(tt.pattern)
+		}
+		for i := range n {
+			h.note(tt.pattern[i%len(tt.pattern)])
+		}
+		if h.mixed != tt.want {
+			t.Errorf("%s: mixed = %v (usual %v, late %v), want %v", tt.name, h.mixed, h.usualWait(), h.late.duration(), tt.want)
+		}
+	}
+}
+
+// quickLateQuick is TestHeadWaits' pattern of a quick answers (1 ms),
+// then l late ones (200 ms), then q quick ones.
+func quickLateQuick(a, l, q int) []time.Duration {
+	p := slices.Repeat([]time.Duration{time.Millisecond}, a)
+	p = append(p, slices.Repeat([]time.Duration{200 * time.Millisecond}, l)...)
+	return append(p, slices.Repeat([]time.Duration{time.Millisecond}, q)...)
+}
+
+func TestSerialDepth(t *testing.T) {
+	const ms = time.Millisecond
+	tests := []struct {
+		depth     int
+		dial, gap time.Duration
+		mixed     bool
+		want      int
+	}{
+		{10, 100 * time.Microsecond, ms, false, 2}, // a round trip within a service time
+		{10, 0, ms, false, 2},
+		{10, 50 * ms, 10 * ms, false, 6}, // the next request is there after 5 service times
+		{10, 500 * ms, ms, false, 10},    // at most the configured depth
+		{10, ms, 0, false, 10},           // no service time known
+		{2, 50 * ms, ms, false, 2},
+		{10, 100 * time.Microsecond, 40 * ms, false, 2}, // alike service times: one behind
+		{10, 100 * time.Microsecond, 40 * ms, true, 1},  // mixed: none behind
+		{10, 50 * time.Microsecond, ms, true, 1},        // 20 round trips
+		{10, 100 * time.Microsecond, ms, true, 2},       // 10 round trips: one behind
+		{10, 50 * ms, 40 * ms, true, 3},                 // far: pipelined as before
+		{10, 0, 40 * ms, true, 2},                       // no dial measured
+		{10, ms, 0, true, 10},
+	}
+	for _, tt := range tests {
+		if got := serialDepth(tt.depth, tt.dial, tt.gap, tt.mixed); got != tt.want {
+			t.Errorf("serialDepth(%d, %v, %v, %t) = %d, want %d", tt.depth, tt.dial, tt.gap, tt.mixed, got, tt.want)
+		}
+	}
+}
+
+// TestFallback: noteFailure's verdicts, in a row of failures at the given
+// times, with the model proven before them or not.
+func TestFallback(t *testing.T) {
+	s := time.Second
+	for _, tt := range []struct {
+		name     string
+		proven   bool
+		at       []time.Duration // failures
+		slow     bool            // each one's pipelined head was late
+		want     bool            // in fallback after the last one
+		wantFrom time.Duration   // the fallback's start
+	}{
+		{"unproven: the first failure", false, []time.Duration{0}, false, true, 0},
+		{"proven: one failure", true, []time.Duration{0}, false, false, 0},
+		{"proven: a late head dropped", true, []time.Duration{0}, true, true, 0},
+		{"proven: three within verdictFor", true, []time.Duration{0, 20 * s, 40 * s}, false, true, 40 * s},
+		{"proven: three spread wider", true, []time.Duration{0, 40 * s, 80 * s}, false, false, 0},
+	} {
+		var m hostModel
+		m.proven = tt.proven
+		start := time.Unix(0, 0)
+		for _, at := range tt.at {
+			m.noteFailure(start.Add(at), tt.slow)
+		}
+		last := start.Add(tt.at[len(tt.at)-1])
+		if got := m.inFallback(last); got != tt.want {
+			t.Errorf("%s: in fallback = %v, want %v", tt.name, got, tt.want)
+			continue
+		}
+		if !tt.want {
+			continue
+		}
+		if want := start.Add(tt.wantFrom + verdictFor); !m.fallbackUntil.Equal(want) {
+			t.Errorf("%s: fallback until %v, want %v", tt.name, m.fallbackUntil.Sub(start), want.Sub(start))
+		}
+		if m.proven || m.depth(4, last) != 1 || m.depth(4, m.fallbackUntil) != 4 {
+			t.Errorf("%s: proven %v, depth %d then %d after, want false, 1, 4", tt.name, m.proven, m.depth(4, last), m.depth(4, m.fallbackUntil))
+		}
+	}
+}
+
+// TestDuplicateBudget: early re-sends (earlyAfter) are allowed only while
+// the host's one duplicate budget lasts: one per 1/hedgeRate requests
+// placed, each re-send spending one; then nothing is left for a copy of a
+// late head either.
+func TestDuplicateBudget(t *testing.T) {
+	var m hostModel
+	m.noteHeadWait(time.Millisecond) // the host's usual wait: late after 50 ms
+	early := 0
+	for range 1000 {
+		m.earn()
+		if d := m.earlyAfter(time.Second); d > 0 {
+			if d != lateMin {
+				t.Fatalf("earlyAfter = %v, want %v", d, lateMin)
+			}
+			early++
+			m.spend(1) // as setSlow does for one request behind
+		}
+	}
+	if want := int(1000 * hedgeRate); early < want-1 || early > want {
+		t.Errorf("%d early re-sends allowed in 1000 requests, want %d", early, want)
+	}
+	if m.mayDuplicate() {
+		t.Errorf("duplicate budget %v after the re-sends, want below 1", m.dup)
+	}
+	for _, tt := range []struct {
+		name string
+		m    hostModel
+		hol  time.Duration
+		want time.Duration
+	}{
+		{"nothing known yet", hostModel{dup: hedgeBurst}, time.Second, 0},
+		{"HeadOfLineTimeout disabled", hostModel{dup: hedgeBurst, heads: m.heads}, -1, 0},
+		{"HeadOfLineTimeout sooner", hostModel{dup: hedgeBurst, heads: m.heads}, 40 * time.Millisecond, 0},
+		{"fixed policy", hostModel{fixed: true, dup: hedgeBurst, heads: m.heads}, time.Second, 0},
+		{"budget left", hostModel{dup: 1, heads: m.heads}, time.Second, lateMin},
+	} {
+		if got := tt.m.earlyAfter(tt.hol); got != tt.want {
+			t.Errorf("%s: earlyAfter(%v) = %v, want %v", tt.name, tt.hol, got, tt.want)
 		}
 	}
 }

@@ -516,7 +516,7 @@ func (c *pconn) send(a *attempt) error {
 	}
 	now := monoNow()
 	if a.behind {
-		// Sample the order of answers (pool.go, noteOrderLocked).
+		// Sample the order of answers (model.go, serviceOrder).
 		a.sentAt = now // under mu: the reader reads it
 		a.writeGap = time.Duration(now - c.lastSent)
 	}
@@ -1446,9 +1446,12 @@ func (s *bodyStream) startTentative() {
 }
 
 // gap is how long nothing of a tentative body may arrive before it is
-// taken for a stream.
+// taken for a stream: margin round trips of its host (attempt.streamGap),
+// at least quickWait. The segments of a bulk transfer come microseconds
+// apart over a loopback or a LAN, and about a round trip apart at worst
+// over a far link (TCP's slow start).
 func (s *bodyStream) gap() time.Duration {
-	return max(s.a.streamGap, streamGapMin)
+	return max(s.a.streamGap, quickWait)
 }
 
 // checkStream is the stream verdict's timer: a tentative body that

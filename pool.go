@@ -50,63 +50,26 @@ type hostPool struct {
 	// twice in a row, it becomes the budget.
 	quietClose int
 	// budgetUntil: a budget learned from unannounced closes holds until
-	// then (quietBudgetFor), and is learned again after; zero for a budget
+	// then (verdictFor), and is learned again after; zero for a budget
 	// the server announced (Connection: close), which a connection that
 	// served it without a close forgets (responseDone).
 	budgetUntil time.Time
 	// noQuietUntil: a budget learned from unannounced closes proved
 	// wrong (a connection answered more), so that those closes are not
 	// the server's doing (a faulty network's resets): none is learned
-	// again until then (quietBudgetFor after).
+	// again until then (verdictFor after).
 	noQuietUntil time.Time
 	// closeAt is the count at which the server last closed a connection
 	// it announced closing (Connection: close) with requests written
 	// behind; seen twice in a row, it becomes the budget.
 	closeAt int
-	// Depth fallback (holprotect.go): the times of recent pipeline
-	// failures, and until when the host's effective depth is 1.
-	pipeFailures  []time.Time
-	fallbackUntil time.Time
-	fallbacks     int // depth fallbacks in a row (fallBackLocked)
-	// pipeProven: since the pool began or its last fallback, a request
-	// written together with the one ahead was answered unprompted
-	// (attempt.proves); until then one request at a time is pipelined,
-	// behind a head (scheduler.go, probeLocked).
-	pipeProven bool
-	// probeCopied: a copy of a stalled probe was sent since the host was
-	// last proven or fell back (holprotect.go, lateHead): one per such
-	// time, whatever came of it.
-	probeCopied bool
-	// model is what the host's answers taught: per route class, whether
-	// requests may be written behind one (model.go), and how long answers
-	// hold their connections' heads.
+	// model is what the host's answers taught (model.go): per route
+	// class, whether requests may be written behind one; and the
+	// host-wide estimates every other decision reads.
 	model hostModel
 	// modelChanged are the model's verdict changes not yet reported to
 	// the Observer (observeModel, after mu is released).
 	modelChanged []modelChange
-	// serial is a moving score (0 to 1) of how often pipelined answers
-	// came one service time after the answer ahead of them, as from a
-	// server that runs pipelined requests one at a time; serialUntil is
-	// when the verdict "pipelining gains nothing here" ends.
-	serial      float64
-	serialUntil time.Time
-	serialGap   time.Duration // moving average of the serial gaps seen
-	// mixAfterQuick and mixAfterSlow: how often pipelined answers came
-	// serialMixGap after a quick or a slow answer ahead (mixedOrder).
-	mixAfterQuick, mixAfterSlow gapRate
-	serialMixed                 bool          // the serial verdict came from them (holprotect.go, serialDepth)
-	mixGap                      time.Duration // moving average of their gaps of serialMinGap or more
-	dialTook                    time.Duration // the shortest successful dial: about a round trip
-	// bodyAvg is a moving average of the host's response bodies of
-	// declared length, and of chunked ones read whole, in bytes
-	// (holprotect.go, bytesDepth); 0 until one.
-	bodyAvg float64
-	// dupBudget is the host's one budget of duplicates: every copy of a
-	// request sent while its original may still run spends one (requests
-	// moved from behind a late head, copies of late heads and of a
-	// stalled probe); early re-sends and copies of late heads wait while
-	// it is below one (holprotect.go, holAfterLocked).
-	dupBudget float64
 	// kaRetired counts the connections retired before the end their
 	// server announced in Keep-Alive (keepalive.go), for Stats.
 	kaRetired int
@@ -114,7 +77,7 @@ type hostPool struct {
 	h2      atomic.Pointer[h2Host] // set once a dial negotiated HTTP/2; requests go there
 	learned bool                   // a dial succeeded, so the host's protocol is known
 
-	// First answer (see firstAnswerWait): until the host has answered a
+	// First answer (see answerWait): until the host has answered a
 	// request on this pool, a pipelineable request is not written behind
 	// another while it could dial; once graceEnd has passed without an
 	// answer, it dials as to a serial host.
@@ -147,7 +110,7 @@ type sched struct {
 	// that carry pipelined requests (canDialLocked), so that a request a
 	// hook sends goes elsewhere instead of waiting for the hook.
 	held int
-	// probeDrain: the host not proven (hostPool.pipeProven), an answer
+	// probeDrain: the host not proven (hostModel.proven), an answer
 	// came with requests pipelined behind it: the connection takes no more
 	// until it is empty, so that the last of them can prove the host.
 	probeDrain   bool
@@ -351,9 +314,7 @@ func (p *hostPool) joinUnlock(c *pconn, took time.Duration) {
 	}
 	p.conns = append(p.conns, c)
 	p.learned = true
-	if p.dialTook == 0 || took < p.dialTook {
-		p.dialTook = took
-	}
+	p.model.noteRoundTrip(took)
 	p.startGraceLocked(took)
 	p.startIdleTimerLocked(c)
 	p.t.wg.Add(1)
@@ -412,14 +373,17 @@ func (p *hostPool) assignLocked(c *pconn, a *attempt) httptrace.GotConnInfo {
 		// Nothing may follow: the connection ends, or leaves the pool.
 		p.retireLocked(c, closeReasonOf(a.r))
 	}
-	a.holAfter = p.holAfterLocked()
-	a.streamGap = 2 * p.dialTook
+	m := &p.model
+	m.earn()
+	hol := p.t.holTimeout()
+	a.holAfter = m.earlyAfter(hol)
+	a.streamGap = margin * m.rtt
 	a.probeAfter = 0
-	if !p.pipeProven && !p.model.fixed {
+	if !m.proven && !m.fixed {
 		// Whether a is the probe is known when it joins the fifo
 		// (attempt.probing): requests go out in the order they take the
 		// write token, not that of their places.
-		a.probeAfter = p.probeWaitLocked()
+		a.probeAfter = m.probeWait(hol)
 	}
 	if a.r.trace == nil || a.r.trace.GotConn == nil {
 		return httptrace.GotConnInfo{}
@@ -480,19 +444,17 @@ func (p *hostPool) becameIdleLocked(c *pconn) (done, wentIdle bool, victims []*i
 
 // quickClose is how soon after its first answer a connection must close
 // for the close to say that its server closes every connection after one
-// response (quietClosed). It is far below servers' idle timeouts
-// (seconds), and above the restWatch after which a resting connection is
-// watched again.
-const quickClose = 150 * time.Millisecond
+// response (quietClosed): a close a resting connection sees when it is
+// watched again (restWatch), give or take the noise of a busy machine
+// (lateMin). It is far below servers' idle timeouts (seconds).
+const quickClose = restWatch + lateMin
 
-// quietBudgetFor is how long a budget learned from unannounced closes
-// holds. Nothing tells that such a server would now answer more (its
-// connections are closed at the budget), so it is learned again: a
-// server that still closes costs a request sent again per connection
-// until it has closed two in a row at the same count; one whose closes
-// had another cause, which the rules here did not tell apart, is no
-// longer held to it.
-const quietBudgetFor = time.Minute
+// A budget learned from unannounced closes holds for verdictFor. Nothing
+// tells that such a server would now answer more (its connections are
+// closed at the budget), so it is learned again: a server that still
+// closes costs a request sent again per connection until it has closed two
+// in a row at the same count; one whose closes had another cause, which
+// the rules here did not tell apart, is no longer held to it.
 
 // quietClosed reports whether a connection that ended with err, with
 // unanswered requests written on it after answered responses, was closed
@@ -562,7 +524,7 @@ func (p *hostPool) gotHeaders(c *pconn, a *attempt, closing, bounded bool) {
 }
 
 // answerLocked records an answer of the host: the end of the wait for its
-// first answer, or for a burst's (firstAnswerWait, burstWaitLocked). A
+// first answer, or for a burst's (answerWait, burstWaitLocked). A
 // head whose body is chunked, of unknown length or long counts only once
 // that body has ended: its connection is taken until then, and a stream
 // does so for as long as it runs. Counted at its head, it let the
@@ -586,9 +548,9 @@ func (p *hostPool) answerLocked() {
 func (p *hostPool) gotHeadersLocked(c *pconn, a *attempt, closing bool) {
 	s := &c.s
 	if a.proves {
-		p.pipeProven = true
+		p.model.proven = true
 	}
-	if !p.pipeProven && s.inflight >= 2 {
+	if !p.model.proven && s.inflight >= 2 {
 		s.probeDrain = true
 	}
 	if (!a.r.pipelineable || a.alone) && a.writeDone == nil {
@@ -624,7 +586,7 @@ func (p *hostPool) gotHeadersLocked(c *pconn, a *attempt, closing bool) {
 		p.keepAliveLocked(c, *a.ka, a.place)
 	}
 	if a.bodyLen >= 0 {
-		p.noteBodyLocked(a.bodyLen)
+		p.model.noteBody(a.bodyLen)
 	}
 }
 
@@ -641,7 +603,7 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers, hold boo
 		p.gotHeadersLocked(c, a, closing)
 	}
 	if a.timed {
-		p.noteOrderLocked(a.gap, a.writeGap, a.shadow)
+		p.model.noteOrder(time.Now(), a.gap, a.writeGap, a.shadow)
 	}
 	if a.headWait > 0 { // pipelineable requests only (pconn.send)
 		p.model.noteHeadWait(a.headWait)
@@ -656,7 +618,7 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers, hold boo
 		p.noteAnswerLocked(a, answerBounded)
 		// Read whole as one of known length is: its size counts for
 		// the host's depth as a declared one does (bytesDepth).
-		p.noteBodyLocked(a.chunkedLen)
+		p.model.noteBody(a.chunkedLen)
 	}
 	s.served++
 	// A connection that answered more than a count at which others
@@ -668,7 +630,7 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers, hold boo
 	}
 	if !p.budgetUntil.IsZero() && s.served > p.budget {
 		p.budget, p.budgetUntil = 0, time.Time{}
-		p.noQuietUntil = time.Now().Add(quietBudgetFor)
+		p.noQuietUntil = time.Now().Add(verdictFor)
 	}
 	s.lastNoBody = a.noBody
 	if s.inflight == 0 {
@@ -770,13 +732,14 @@ func (p *hostPool) tentative(c *pconn, a *attempt) {
 }
 
 // setSlow marks c's head slow or not. A head late before
-// HeadOfLineTimeout (early: a serial host's early threshold) spends the
-// duplicate budget for each request behind it, which is re-sent: those
-// re-sends are optional, the ones at HeadOfLineTimeout are not.
+// HeadOfLineTimeout (early: at its host's late wait, hostModel.earlyAfter)
+// spends the duplicate budget for each request behind it, which is
+// re-sent: those re-sends are optional, the ones at HeadOfLineTimeout are
+// not.
 func (p *hostPool) setSlow(c *pconn, on, early bool) {
 	p.mu.Lock()
 	if on && early && !c.s.slow && c.s.inflight > 1 {
-		p.dupBudget -= float64(c.s.inflight - 1) // those behind are re-sent
+		p.model.spend(c.s.inflight - 1) // those behind are re-sent
 	}
 	c.s.slow = on
 	p.dispatchLocked()
@@ -815,7 +778,7 @@ func (p *hostPool) removed(c *pconn) {
 		if len(p.conns) == 0 && p.dialing == 0 && p.answered {
 			// The host's last connection is gone (its idle timeout, or
 			// the server's): the next burst waits for its first answer
-			// as a new pool's does (firstAnswerWait). A pool kept for
+			// as a new pool's does (answerWait). A pool kept for
 			// what it learned (learnedLocked) would otherwise pipeline a
 			// burst of slow requests at once, as to a host known fast:
 			// Jetty's, after its 30 s idle close, 3-4 times net/http's
@@ -838,14 +801,14 @@ func (p *hostPool) ended(c *pconn, err error, unanswered, answered int, headIdle
 	if quietClosed(err, unanswered, answered, headIdle, headCut, time.Since(c.s.idleSince)) && !c.s.lastNoBody {
 		// A server (or a proxy) that closes each connection after a
 		// fixed number of requests without saying so: seen twice, that
-		// number becomes the host's budget for quietBudgetFor, so that
+		// number becomes the host's budget for verdictFor, so that
 		// the next connections are not given requests they will not
 		// answer. A close right after an answer without a body (HEAD,
 		// 204, 304) may be the server's response to that answer
 		// (waitress closes after a HEAD whose application wrote no body,
 		// which it takes for a short one): not counted.
 		if p.quietClose == answered && (p.budget == 0 || answered < p.budget) && time.Now().After(p.noQuietUntil) {
-			p.budget, p.budgetUntil = answered, time.Now().Add(quietBudgetFor)
+			p.budget, p.budgetUntil = answered, time.Now().Add(verdictFor)
 			spent = p.retireSpentLocked()
 		}
 		p.quietClose = answered
@@ -992,186 +955,6 @@ func (p *hostPool) stats() HostStats {
 	return s
 }
 
-// Servers that gain nothing from pipelining. A server that runs pipelined
-// requests one at a time (Go's net/http, Python's http.server) answers the
-// second request of a pipeline one service time after the first; one that
-// runs them concurrently (nginx in front of a pool, most proxies) has it
-// ready when the first ends. Against the first kind, when service times
-// are long enough to matter, pipelining serialises what separate
-// connections would run in parallel: net/http, dialing one connection per
-// request, is faster. Such a host is recognised from its answers. While the
-// verdict holds (serialVerdictFor, renewed by new evidence) it is pipelined
-// no deeper than it gains from (holprotect.go, serialDepth), and, if its
-// service time is at least serialDialGap, its pipelineable requests dial
-// like any other (up to MaxConnsPerHost). Learning costs the first few
-// pipelined requests one service time each; a long verdict makes that
-// rare.
-const (
-	serialMinGap     = 250 * time.Microsecond // a gap that no server running requests at once leaves
-	serialDialGap    = time.Millisecond       // below, pipelining still saves round trips and syscalls
-	serialThreshold  = 0.75
-	serialRevoke     = 0.25
-	serialVerdictFor = 2 * time.Minute
-)
-
-// noteOrderLocked records the answer of a pipelined request that arrived
-// gap after the answer ahead of it ended, and was written writeGap after
-// the request ahead of it, shadow before that answer ended. For the
-// score, only a request written right behind the one ahead tells the two
-// kinds of server apart: one that runs requests at once answers both
-// together, one that runs them one at a time answers a service time
-// apart. When callers write one request per answer (a closed loop), the
-// writes are spaced as the answers are, and both kinds of server answer
-// alike: such samples say nothing to the score. The mixed rates take them
-// all (below).
-func (p *hostPool) noteOrderLocked(gap, writeGap, shadow time.Duration) {
-	// The mixed rates (mixedOrder) take every pipelined answer, however
-	// its request was written: the shadow says how long it waited behind
-	// the answer ahead.
-	long := gap >= serialMixGap
-	switch {
-	case shadow < serialMixGap/4:
-		p.mixAfterQuick.add(long)
-	case shadow >= serialMixShadow:
-		p.mixAfterSlow.add(long)
-	}
-	if gap >= serialMinGap {
-		if p.mixGap == 0 {
-			p.mixGap = gap
-		}
-		p.mixGap += (gap - p.mixGap) / 4
-	}
-	scored := writeGap < serialMinGap/2
-	if scored {
-		sample := 0.0
-		if gap >= serialMinGap {
-			sample = 1
-			if p.serialGap == 0 {
-				p.serialGap = gap
-			}
-			p.serialGap += (gap - p.serialGap) / 4
-		}
-		// A moving score: a verdict after 5 serial samples in a row,
-		// renewed while they last; revoked once most samples show the
-		// server running requests at once (the verdict was wrong, or the
-		// server changed), so that a server whose answers only sometimes
-		// look serial (variable service times) is soon pipelined fully
-		// again. A single sample may mislead either way: answers read late
-		// come together.
-		p.serial += (sample - p.serial) / 4
-	}
-	// Where service times are mixed, the score says nothing: a quick
-	// answer comes right after the one ahead from either kind of server.
-	// The two rates do (mixedOrder); while they are known, they decide.
-	switch mixedOrder(p.mixAfterQuick, p.mixAfterSlow) {
-	case orderSerial:
-		p.serialUntil = time.Now().Add(serialVerdictFor)
-		p.serialMixed = true
-	case orderConcurrent:
-		p.serialUntil = time.Time{}
-		p.serialMixed = false
-	case orderUnsure:
-		// Neither: the verdict holds until it expires.
-	default:
-		p.serialMixed = false
-		if !scored {
-			return
-		}
-		switch {
-		case p.serial >= serialThreshold:
-			p.serialUntil = time.Now().Add(serialVerdictFor)
-		case p.serial < serialRevoke:
-			p.serialUntil = time.Time{}
-		}
-	}
-}
-
-// serviceGapLocked is the host's service time as its answers show it,
-// for a host judged serial: under a verdict from the mixed rates, a
-// moving average of every pipelined answer's gap (mixGap), else of the
-// gaps the score took (serialGap). p.mu must be held.
-func (p *hostPool) serviceGapLocked() time.Duration {
-	if p.serialMixed {
-		return p.mixGap
-	}
-	return p.serialGap
-}
-
-// Mixed service times. A server that runs a connection's requests one at
-// a time answers a pipelined request its own service time after the
-// answer ahead, however long that one took; one that runs them at once
-// has run it meanwhile, and answers it late only if it took longer than
-// the answer ahead (the shadow: from its write to the end of that
-// answer). So among requests that came right behind an answer ending
-// within serialMixGap/4 of their write, and among those behind one that
-// ended serialMixShadow or more after it, the rate of answers later than
-// serialMixGap is about the same from a serial server, and far lower
-// behind the long shadows from a concurrent one. The score misses the
-// first kind when most answers are quick (a Go backend behind 60% quick
-// routes and 25% of 20-300 ms: a score of 0.3-0.5, never a verdict) and
-// so pipelined it 4 deep, each slow answer holding 3 requests where
-// net/http holds none (the mixed load: p99 1.1-1.2x net/http's, max
-// 1.2-1.3x). Measured on a Go server and on Node (which runs them at
-// once), 5 loads each: ratios 0.62-1.74 against 0.21-0.45 from the
-// score's samples; from every answer, in the mixed load, 0.66 (aiohttp)
-// to 1.03 (nginx) against Node's 0.33-0.39 (docs/design.md has a load
-// that reads serial from a server that is not).
-const (
-	serialMixGap     = 5 * time.Millisecond
-	serialMixShadow  = 4 * serialMixGap
-	serialMixKnown   = 32   // samples of each kind before the rates decide
-	serialMixWindow  = 64   // the rates' moving window, in samples
-	serialMixMinRate = 0.1  // below, after quick answers: too few long ones to tell
-	serialMixSerial  = 0.6  // the ratio at or above which a server is serial
-	serialMixConcur  = 0.35 // and below which it is concurrent
-)
-
-// gapRate is a moving rate of pipelined answers that came serialMixGap
-// or more after the answer ahead: a mean of the first serialMixKnown
-// samples, then a moving average over serialMixWindow.
-type gapRate struct {
-	n    int
-	rate float64
-}
-
-func (r *gapRate) add(long bool) {
-	x := 0.0
-	if long {
-		x = 1
-	}
-	if r.n < serialMixKnown {
-		r.n++
-		r.rate += (x - r.rate) / float64(r.n)
-		return
-	}
-	r.rate += (x - r.rate) / serialMixWindow
-}
-
-// order is what the answers' order says of a host (mixedOrder).
-type order int
-
-const (
-	orderUnknown    order = iota // not enough mixed samples: the score decides
-	orderSerial                  // one request at a time
-	orderConcurrent              // requests at once
-	orderUnsure                  // between the two thresholds
-)
-
-// mixedOrder is the verdict of the long-gap rates after quick and after
-// slow answers ahead (see serialMixGap).
-func mixedOrder(afterQuick, afterSlow gapRate) order {
-	if afterQuick.n < serialMixKnown || afterSlow.n < serialMixKnown || afterQuick.rate < serialMixMinRate {
-		return orderUnknown
-	}
-	switch r := afterSlow.rate / afterQuick.rate; {
-	case r >= serialMixSerial:
-		return orderSerial
-	case r < serialMixConcur:
-		return orderConcurrent
-	}
-	return orderUnsure
-}
-
 // The first answer. Until a host has answered once, nothing tells a fast
 // server (where pipelining a burst saves connections at no cost) from one
 // whose answers take long (where a burst pipelined over a few connections
@@ -1181,29 +964,29 @@ func mixedOrder(afterQuick, afterSlow gapRate) order {
 // unwritten instead: for a connection that becomes idle, or for the host's
 // first answer, after which it is pipelined as usual; and if no answer
 // comes within answerWait of the host's first connection, it dials, as
-// net/http would, until the first answer. A fast server near by costs a burst one
-// round trip; a slow one, a few milliseconds on top of net/http's time; a
-// server far away (a dial of firstAnswerWait or more), nothing.
-const firstAnswerWait = 5 * time.Millisecond
+// net/http would, until the first answer. A fast server near by costs a
+// burst one round trip; a slow one, a few milliseconds on top of
+// net/http's time; a server far away (a dial of quickWait or more),
+// nothing.
 
 // answerWait returns how long a request that could dial waits for an
 // answer (the host's first, or its burst's) from the start of that wait
 // (the host's first connection, or the burst's start), given the host's
-// dial time (0: none yet). The wait is the latency traded
-// for connections, and no more than firstAnswerWait. An answer comes a
-// round trip after its request's write at the soonest, and a dial takes
-// about one (TCP's handshake; TLS adds more): when the host's dial takes
-// firstAnswerWait or longer, no answer can come within the wait, and
+// dial time (0: none yet). The wait is the latency traded for
+// connections, and no more than quickWait. An answer comes a round trip
+// after its request's write at the soonest, and a dial takes about one
+// (TCP's handshake; TLS adds more): when the host's dial takes quickWait
+// or longer, no answer can come within the wait, and
 // waiting would only add to the dial that follows. A burst of 20 GETs over
 // a 50 ms round trip (20 ms answers, a Go server) took 1.6-2 times
 // net/http's time when it waited up to twice the dial time (the wait's
 // earlier rule): the answer came after 70 ms, and the rest were
 // then pipelined or dialed.
 func answerWait(dial time.Duration) time.Duration {
-	if dial >= firstAnswerWait {
+	if dial >= quickWait {
 		return 0
 	}
-	return firstAnswerWait
+	return quickWait
 }
 
 // A host far away. Until a host's first connection is up, the requests
@@ -1217,15 +1000,9 @@ func answerWait(dial time.Duration) time.Duration {
 // do, and HTTP/2 connections found extra are closed (h2Dialed), as
 // net/http's HTTP/2 pool closes them. A burst of 20 GETs over a 50 ms
 // round trip waited one dial more than net/http over http, and two over
-// https (a TCP dial, then TLS, to learn the protocol).
-
-// farHop is how long a host's first dial's first hop may take before the
-// host counts as far away (farDialLocked). Over loopback a process's first
-// connect took 2.3 ms (8 ms under the race detector) and, under the race
-// detector with 50 goroutines starting at once, up to 70 ms; a host
-// across a continent is 30 ms or more away. A dial found far wrongly costs
-// what net/http pays: a dial per waiting request.
-const farHop = 20 * time.Millisecond
+// https (a TCP dial, then TLS, to learn the protocol). (farHop is in
+// model.go; under the race detector with 50 goroutines starting at once, a
+// loopback connect took up to 70 ms.)
 
 // farHopLimit returns farHop, or what a test set in its place.
 func (t *Transport) farHopLimit() time.Duration {
@@ -1311,7 +1088,7 @@ func (p *hostPool) armGraceLocked(d time.Duration) {
 // times net/http's time when pipelined four deep at once). A fast server
 // costs a burst's stacked requests one answer's time.
 func (p *hostPool) burstWaitLocked() time.Duration {
-	return answerWait(p.dialTook)
+	return answerWait(p.model.rtt)
 }
 
 // quietLocked reports whether no connection of p but c has a request in
@@ -1369,17 +1146,7 @@ func (p *hostPool) gainsLocked() bool {
 	if p.burst && time.Duration(monoNow()-p.burstStart) >= p.burstWaitLocked() {
 		return false // the burst had no answer within its wait
 	}
-	if p.model.heads.mixed {
-		return false // what waits behind a head waits out late ones (headWaits)
-	}
-	if p.serialUntil.IsZero() || p.serviceGapLocked() < serialDialGap {
-		return true
-	}
-	if time.Now().After(p.serialUntil) {
-		p.serialUntil = time.Time{}
-		return true
-	}
-	return false
+	return p.model.gains(time.Now())
 }
 
 // learnedLocked reports whether p holds something learned about its host
@@ -1390,11 +1157,7 @@ func (p *hostPool) learnedLocked() bool {
 	// That a host speaks HTTP/2 costs a new pool one dial at a time until
 	// its first connection says so, as for any host not known yet: not
 	// kept for it.
-	if p.budget > 0 || p.quietClose > 0 || len(p.pipeFailures) > 0 || p.serial >= serialRevoke {
-		return true
-	}
-	now := time.Now()
-	return now.Before(p.fallbackUntil) || now.Before(p.serialUntil)
+	return p.budget > 0 || p.quietClose > 0 || p.model.learned(time.Now())
 }
 
 // modelStatsLocked returns what Stats shows of the host's model, at the
@@ -1407,17 +1170,21 @@ func (p *hostPool) modelStatsLocked(depth int) HostModel {
 		Routes:        len(m.classes),
 		StreamRoutes:  m.streams,
 		LateRoutes:    m.lates,
-		UsualHeadWait: m.heads.usual,
+		RoundTrip:     m.rtt,
+		UsualHeadWait: m.heads.usualWait(),
 		LateAfter:     m.lateAfter(p.t.holTimeout()),
-		Serial:        !m.fixed && p.serialLocked(),
-		Proven:        m.fixed || p.pipeProven,
+		Serial:        !m.fixed && m.order.serial(now),
+		Proven:        m.fixed || m.proven,
 		Pipelining:    true,
 	}
-	if now.Before(p.fallbackUntil) {
-		s.FallbackUntil = p.fallbackUntil
+	if s.Serial {
+		s.ServiceTime = m.order.serviceGap()
+	}
+	if m.inFallback(now) {
+		s.FallbackUntil = m.fallbackUntil
 	}
 	if !m.fixed {
-		s.DuplicateBudget = p.dupBudget
+		s.DuplicateBudget = m.dup
 	}
 	switch {
 	case p.key.forwardProxy():
@@ -1429,7 +1196,7 @@ func (p *hostPool) modelStatsLocked(depth int) HostModel {
 	case m.fixed:
 	case m.heads.mixed:
 		s.Pipelining, s.Reason = false, "late heads"
-	case s.Serial && p.serviceGapLocked() >= serialDialGap:
+	case s.Serial && m.order.serviceGap() >= serialDialGap:
 		s.Pipelining, s.Reason = false, "serial"
 	case p.awaitsAnswerLocked() && !p.gainsLocked():
 		s.Pipelining, s.Reason = false, "awaiting answer"

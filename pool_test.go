@@ -5,12 +5,10 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -284,115 +282,6 @@ func TestIdleTimeoutRemovesPools(t *testing.T) {
 	})
 }
 
-// TestSerialVerdict: noteOrderLocked(gap, writeGap, shadow) over a
-// sequence of answers = the verdict "runs requests one at a time" after it.
-func TestSerialVerdict(t *testing.T) {
-	const ms, us = time.Millisecond, time.Microsecond
-	type s struct{ gap, writeGap, shadow time.Duration }
-	rep := func(n int, x s) []s { return slices.Repeat([]s{x}, n) }
-	// mixed returns n answers, every other one behind a quick answer (a
-	// shadow of 100 µs) or a slow one (50 ms); two in five of each kind
-	// come late (30 ms: a service time) if lateAfterSlow, else only those
-	// behind quick answers: the order of a server that runs requests one
-	// at a time, or at once, when 60% of its service times are short.
-	mixed := func(n int, lateAfterSlow bool) []s {
-		var out []s
-		for i := range n {
-			a := s{gap: 50 * us, shadow: 100 * us}
-			if i%2 == 1 {
-				a.shadow = 50 * ms
-			}
-			if k := (i / 2) % 5; (k == 0 || k == 3) && (i%2 == 0 || lateAfterSlow) {
-				a.gap = 30 * ms
-			}
-			out = append(out, a)
-		}
-		return out
-	}
-	// spaced gives answers whose requests were written a service time
-	// after the one ahead: the score takes none, the mixed rates all.
-	spaced := func(answers []s) []s {
-		for i := range answers {
-			answers[i].writeGap = ms
-		}
-		return answers
-	}
-	tests := []struct {
-		name    string
-		answers []s
-		want    bool
-		mixed   bool // the verdict came from the mixed rates: not pipelined (serialDepth)
-	}{
-		{"serial server, burst", rep(5, s{ms, 0, 0}), true, false},
-		{"concurrent server, burst", rep(20, s{10 * us, 0, 0}), false, false},
-		{"closed loop: writes spaced as answers", rep(20, s{ms, ms, 0}), false, false},
-		{"too few", rep(4, s{ms, 0, 0}), false, false},
-		{"revoked by answers that came together", append(rep(5, s{ms, 0, 0}), rep(4, s{10 * us, 0, 0})...), false, false},
-		{"one answer read late does not revoke", append(append(rep(5, s{ms, 0, 0}), s{0, 0, 0}), rep(2, s{ms, 0, 0})...), true, false},
-		{"serial server, mixed service times", mixed(2*serialMixKnown, true), true, true},
-		{"serial server, mixed, too few to tell", mixed(2*serialMixKnown-2, true), false, false},
-		{"serial server, mixed, writes spaced as answers", spaced(mixed(2*serialMixKnown, true)), true, true},
-		{"concurrent server, mixed, writes spaced as answers", spaced(mixed(2*serialMixKnown, false)), false, false},
-		{"concurrent server, mixed service times", mixed(2*serialMixKnown, false), false, false},
-		{"serial, mixed, a run of quick answers does not revoke", append(mixed(2*serialMixKnown, true), rep(8, s{10 * us, 0, 0})...), true, true},
-		{"score's verdict overruled by mixed evidence", append(mixed(4*serialMixKnown, false), rep(5, s{ms, 0, 0})...), false, false},
-	}
-	for _, tt := range tests {
-		p := newHostPool(nil, poolKey{})
-		for _, a := range tt.answers {
-			p.noteOrderLocked(a.gap, a.writeGap, a.shadow)
-		}
-		if got := p.serialLocked(); got != tt.want {
-			t.Errorf("%s: serial = %v, want %v", tt.name, got, tt.want)
-		}
-		if got := p.serialLocked() && p.serialMixed; got != tt.mixed {
-			t.Errorf("%s: serial and mixed = %v, want %v", tt.name, got, tt.mixed)
-		}
-	}
-}
-
-// TestMixedOrder: mixedOrder(afterQuick, afterSlow) = got, want want.
-func TestMixedOrder(t *testing.T) {
-	known := func(rate float64) gapRate { return gapRate{n: serialMixKnown, rate: rate} }
-	tests := []struct {
-		name              string
-		afterQuick, after gapRate
-		want              order
-	}{
-		{"nothing yet", gapRate{}, gapRate{}, orderUnknown},
-		{"too few behind slow answers", known(0.4), gapRate{n: serialMixKnown - 1, rate: 0.4}, orderUnknown},
-		{"too few behind quick answers", gapRate{n: serialMixKnown - 1, rate: 0.4}, known(0.4), orderUnknown},
-		{"hardly any long answers", known(0.05), known(0), orderUnknown},
-		{"as often behind slow answers", known(0.3), known(0.3), orderSerial},
-		{"at the serial threshold", known(0.5), known(0.3), orderSerial},
-		{"more often behind slow answers", known(0.2), known(0.5), orderSerial},
-		{"far less often behind slow answers", known(0.3), known(0.09), orderConcurrent},
-		{"never behind slow answers", known(0.3), known(0), orderConcurrent},
-		{"between", known(0.4), known(0.2), orderUnsure},
-	}
-	for _, tt := range tests {
-		if got := mixedOrder(tt.afterQuick, tt.after); got != tt.want {
-			t.Errorf("%s: mixedOrder(%+v, %+v) = %v, want %v", tt.name, tt.afterQuick, tt.after, got, tt.want)
-		}
-	}
-}
-
-// TestGapRate: the rate is the mean of the first serialMixKnown samples,
-// then moves by 1/serialMixWindow of each new one.
-func TestGapRate(t *testing.T) {
-	var r gapRate
-	for i := range serialMixKnown {
-		r.add(i%4 == 0)
-	}
-	if want := 0.25; r.n != serialMixKnown || math.Abs(r.rate-want) > 1e-9 {
-		t.Fatalf("after %d samples: n = %d, rate = %v, want %d, %v", serialMixKnown, r.n, r.rate, serialMixKnown, want)
-	}
-	r.add(true)
-	if want := 0.25 + 0.75/serialMixWindow; r.n != serialMixKnown || math.Abs(r.rate-want) > 1e-9 {
-		t.Fatalf("one more: n = %d, rate = %v, want %d, %v", r.n, r.rate, serialMixKnown, want)
-	}
-}
-
 // TestPoolLearnsFromPlace: what the pool learns from a response head (the
 // per-connection budget from a server's close, the end announced by a
 // Keep-Alive max) counts from the response's place on its connection, not
@@ -464,30 +353,6 @@ func TestPoolStreamingMarkOwnResponse(t *testing.T) {
 	}
 }
 
-func TestBytesDepth(t *testing.T) {
-	const kib = 1 << 10
-	tests := []struct {
-		depth int
-		avg   float64
-		want  int
-	}{
-		{10, 0, 10},         // no body seen yet
-		{10, 128, 10},       // small answers: the configured depth
-		{10, 16 * kib, 10},  // 32 fit in pipelineBytes
-		{10, 64 * kib, 8},   // 8 fit
-		{4, 64 * kib, 4},    // the default depth is below that
-		{10, 256 * kib, 2},  // 2 fit
-		{10, 4096 * kib, 2}, // none fit: at least one behind the head
-		{2, 4096 * kib, 2},
-		{1, 4096 * kib, 1}, // pipelining off stays off
-	}
-	for _, tt := range tests {
-		if got := bytesDepth(tt.depth, tt.avg); got != tt.want {
-			t.Errorf("bytesDepth(%d, %v) = %d, want %d", tt.depth, tt.avg, got, tt.want)
-		}
-	}
-}
-
 // TestLargeAnswersLowerDepth: a host whose answers are large gets a
 // shallower pipeline (bytesDepth), from the lengths of its answers
 // (declared, or those of chunked bodies read whole), and its configured
@@ -528,7 +393,7 @@ func TestLargeAnswersLowerDepth(t *testing.T) {
 			if got := depthAfter(256<<10, 20); got != 2 {
 				t.Errorf("depth after 256 KiB answers = %d, want 2", got)
 			}
-			if got := depthAfter(128, 40); got != 10 {
+			if got := depthAfter(128, 2*memory); got != 10 {
 				t.Errorf("depth after small answers again = %d, want 10", got)
 			}
 		})
@@ -588,7 +453,7 @@ func TestLargeAnswersOnTheWire(t *testing.T) {
 	}
 }
 
-// A budget learned from unannounced closes holds for quietBudgetFor, then
+// A budget learned from unannounced closes holds for verdictFor, then
 // is forgotten at the next assignment (and learned again if the server
 // still closes); an announced one holds until a connection serves it
 // without a close.
@@ -630,7 +495,7 @@ func TestQuietBudgetExpires(t *testing.T) {
 // which others closed without notice disproves it: a server that keeps a
 // budget closes every connection at it. A candidate count (seen once) is
 // forgotten; a budget learned from such closes too, and none is learned
-// from them for quietBudgetFor after (a faulty network's resets: the
+// from them for verdictFor after (a faulty network's resets: the
 // closes come at random counts, TestFaultyNetworkDials). An announced
 // budget has its own evidence and stays.
 func TestQuietCountDisproved(t *testing.T) {
@@ -657,7 +522,7 @@ func TestQuietCountDisproved(t *testing.T) {
 			p := newHostPool(tr, poolKey{})
 			p.quietClose, p.budget = tt.quietClose, tt.budget
 			if tt.quiet {
-				p.budgetUntil = time.Now().Add(quietBudgetFor)
+				p.budgetUntil = time.Now().Add(verdictFor)
 			}
 			c := &pconn{t: tr}
 			c.s.served, c.s.assigned, c.s.inflight = tt.served-1, tt.served+1, 2
@@ -691,7 +556,7 @@ func TestQuietCountDisproved(t *testing.T) {
 
 // When a host's last connection goes (an idle timeout), a pool kept for
 // what it learned waits for the next burst's first answer as a new pool
-// does (firstAnswerWait): a burst of slow requests is not pipelined at
+// does (answerWait): a burst of slow requests is not pipelined at
 // once as to a host known fast.
 func TestPoolLastConnGoneAwaitsAnswer(t *testing.T) {
 	for _, conns := range []int{1, 2} {
@@ -710,45 +575,4 @@ func TestPoolLastConnGoneAwaitsAnswer(t *testing.T) {
 		}
 		tr.Close()
 	}
-}
-
-// TestHeadWaits: the verdict that requests written behind a head lose by
-// it (holprotect.go, headWaits), after a run of answers of the given
-// waits, the pattern repeated.
-func TestHeadWaits(t *testing.T) {
-	ms := time.Millisecond
-	for _, tt := range []struct {
-		name    string
-		pattern []time.Duration // repeated to 2000 answers
-		once    bool            // the pattern once, not repeated
-		want    bool
-	}{
-		{name: "all quick", pattern: []time.Duration{ms}},
-		{name: "1% after 200 ms, the rest after 1 ms", pattern: append(slices.Repeat([]time.Duration{ms}, 99), 200*ms), want: true},
-		{name: "0.1% after 1 s, the rest after 30 ms", pattern: append(slices.Repeat([]time.Duration{30 * ms}, 999), time.Second)},
-		{name: "all after 200 ms", pattern: []time.Duration{200 * ms}},
-		{name: "varied, none late", pattern: []time.Duration{ms, 5 * ms, 2 * ms, 9 * ms}},
-		{name: "5 late, then 300 quick answers: still on", pattern: quickLateQuick(100, 5, 300), once: true, want: true},
-		{name: "5 late, then 600 quick answers: off again", pattern: quickLateQuick(100, 5, 600), once: true},
-	} {
-		var h headWaits
-		n := 2000
-		if tt.once {
-			n = len(tt.pattern)
-		}
-		for i := range n {
-			h.note(tt.pattern[i%len(tt.pattern)])
-		}
-		if h.mixed != tt.want {
-			t.Errorf("%s: mixed = %v (usual %v, late %v), want %v", tt.name, h.mixed, h.usual, time.Duration(h.late), tt.want)
-		}
-	}
-}
-
-// quickLateQuick is TestHeadWaits' pattern of a quick answers (1 ms),
-// then l late ones (200 ms), then q quick ones.
-func quickLateQuick(a, l, q int) []time.Duration {
-	p := slices.Repeat([]time.Duration{time.Millisecond}, a)
-	p = append(p, slices.Repeat([]time.Duration{200 * time.Millisecond}, l)...)
-	return append(p, slices.Repeat([]time.Duration{time.Millisecond}, q)...)
 }

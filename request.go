@@ -228,12 +228,12 @@ type attempt struct {
 
 	// holAfter is how long a may wait at the head of its connection before
 	// the safe requests behind it are re-sent elsewhere, set by the pool
-	// when it places a (pool.go, holAfterLocked); 0: HeadOfLineTimeout.
+	// when it places a (model.go, hostModel.earlyAfter); 0: HeadOfLineTimeout.
 	holAfter time.Duration
 	// probeAfter: a was placed while its host was not proven to handle
 	// pipelining; if it is the probe (probing), how long it may wait, once
 	// at the head with nothing behind it, before a copy of it is sent
-	// elsewhere (holprotect.go, probeWaitLocked). Set by the pool when it
+	// elsewhere (model.go, hostModel.probeWait). Set by the pool when it
 	// places a; 0 otherwise.
 	probeAfter time.Duration
 
@@ -274,7 +274,7 @@ type attempt struct {
 	// Set by the reader for a pipelined request when its headers arrive
 	// (timed): how long after the response ahead of it ended (gap), and
 	// how long after the request joined the fifo that one ended (shadow;
-	// pool.go, noteOrderLocked).
+	// model.go, serviceOrder).
 	gap, shadow time.Duration
 	// writeGap is how long after the request ahead of it a pipelined
 	// request joined the fifo, set by send under pconn.mu.
@@ -312,7 +312,7 @@ type attempt struct {
 	// streamGap is how long nothing of a chunked answer may arrive before
 	// the answer is taken for a stream (bodyStream.tentative), set by the
 	// pool when it places a: two of the host's round trips (its shortest
-	// dial), at least streamGapMin.
+	// dial), at least quickWait.
 	streamGap time.Duration
 	// streamed: its body became a stream (bodyStream.startWaiting), set by
 	// the reader before it tells the pool, which clears the connection's

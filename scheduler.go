@@ -18,12 +18,12 @@ import (
 //     request, up to the pipelining threshold (PipelineConnsPerHost,
 //     counting only connections that can carry pipelined requests); for
 //     any other, and for any request to a host that gains nothing from
-//     pipelining (pool.go, noteOrderLocked), up to MaxConnsPerHost (0: no
+//     pipelining (model.go, hostModel.gains), up to MaxConnsPerHost (0: no
 //     limit, as net/http). The request waits for that dial, or for a
 //     connection that becomes idle first, whichever comes first;
 //  3. for a pipelineable request, the busy connection with the least
 //     expected wait (leastWait.pipeline), once the host has answered
-//     (pool.go, firstAnswerWait);
+//     (pool.go, answerWait);
 //  4. otherwise it waits in FIFO order, cancellable by its context.
 
 // errPoolGone is returned by acquire when the pool was removed from the
@@ -259,7 +259,7 @@ func (p *hostPool) hookedDialsLocked() int {
 
 // mayStackLocked reports whether a pipelineable request (held by the
 // pipelining threshold or not) may be written behind others: it may not
-// dial, and, until the host's first answer (pool.go, firstAnswerWait), it
+// dial, and, until the host's first answer (pool.go, answerWait), it
 // could not dial even beyond the threshold.
 func (p *hostPool) mayStackLocked(held bool) bool {
 	if p.canDialLocked(held) {
@@ -277,7 +277,7 @@ func (p *hostPool) mayStackLocked(held bool) bool {
 // stacked 4 deep on the first one up (the last first chunk after three
 // streams' time, against net/http's one).
 func (p *hostPool) stackOnLocked(depth int) *pconn {
-	if !p.pipeProven {
+	if !p.model.proven {
 		return p.probeLocked(depth)
 	}
 	c := p.policy.pipeline(p.conns, depth)
@@ -289,7 +289,7 @@ func (p *hostPool) stackOnLocked(depth int) *pconn {
 
 // probeLocked returns the connection a pipelineable request is written on
 // behind others while the host is not proven to handle pipelining
-// (pipeProven), or nil. Until then one request at a time is pipelined,
+// (hostModel.proven), or nil. Until then one request at a time is pipelined,
 // behind a head: the probe. The connection that carries it takes no more
 // until it is empty (probeDrain). A probe written together with its head
 // and answered before anything came after it proves the host. A server
@@ -317,12 +317,12 @@ func (p *hostPool) probeLocked(depth int) *pconn {
 }
 
 // dialSoonLocked reports whether a dial in progress started less than
-// twice the host's dial time ago (firstAnswerWait at least): one that
+// margin times the host's dial time ago (quickWait at least): one that
 // hangs holds nobody back for longer. A request it held back is placed
 // at the next dispatch (an answer, a dial's end): what it would have
 // waited behind meanwhile holds its connection.
 func (p *hostPool) dialSoonLocked() bool {
-	soon := max(2*p.dialTook, firstAnswerWait)
+	soon := max(margin*p.model.rtt, quickWait)
 	now := monoNow()
 	for d := range p.dials {
 		if time.Duration(now-d.start) < soon {

@@ -179,7 +179,7 @@ func TestDispatchQueue(t *testing.T) {
 		tr := NewTransport(TransportOptions{MaxConnsPerHost: len(tt.conns), PipelineDepth: 4})
 		p := newHostPool(tr, poolKey{scheme: "http", addr: "127.0.0.1:1"})
 		p.conns = testConns(tt.conns...)
-		p.answered, p.pipeProven = true, true
+		p.answered, p.model.proven = true, true
 		if tt.nearEnd >= 0 {
 			// Idle for a minute of the 90 s announced: past half of it.
 			p.conns[tt.nearEnd].s.kaIdle = 90 * time.Second

@@ -99,11 +99,11 @@ func TestTimerFirstAnswer(t *testing.T) {
 		// Answers at once: the burst's callers may start one after another
 		// answer (seen with -cpu 4 under -race), each finding the first
 		// connection idle, and then one dial is right too.
-		{false, 0, 1, 6, firstAnswerWait},
+		{false, 0, 1, 6, quickWait},
 		{false, time.Millisecond, 2, 6, 2 * time.Millisecond},
 		{false, 300 * time.Millisecond, 6, 6, 300 * time.Millisecond},
-		{true, 0, 1, 2, firstAnswerWait},
-		{true, 300 * time.Millisecond, 6, 6, 300*time.Millisecond + firstAnswerWait},
+		{true, 0, 1, 2, quickWait},
+		{true, 300 * time.Millisecond, 6, 6, 300*time.Millisecond + quickWait},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%v warm %v", tt.service, tt.warm), func(t *testing.T) {
@@ -139,7 +139,7 @@ func TestTimerFirstAnswer(t *testing.T) {
 // round trip) that runs a connection's requests one at a time, 20 ms
 // each. net/http, dialing a connection per request, answers every request
 // of the burst in a dial, a round trip and a service time: 120 ms. No
-// answer can come within firstAnswerWait over such a round trip, so the
+// answer can come within quickWait over such a round trip, so the
 // requests beyond PipelineConnsPerHost dial at once (answerWait) instead
 // of waiting for the first answer: when they waited up to twice the dial
 // time, the cold burst took 260 ms and the warm one 230 ms; then 170 (a
@@ -253,8 +253,8 @@ func TestTimerStreamBurst(t *testing.T) {
 		slowDials bool // the first dial takes 3 ms, the others 4
 		wantFirst time.Duration
 	}{
-		{false, 0, 2, false, 2 * firstAnswerWait},
-		{true, 0, 2, false, 2 * firstAnswerWait},
+		{false, 0, 2, false, 2 * quickWait},
+		{true, 0, 2, false, 2 * quickWait},
 		// All four dialed at once (the threshold is MaxConnsPerHost), the
 		// first up before the others.
 		{false, 4, 0, true, stream + 10*time.Millisecond},
@@ -387,7 +387,7 @@ func memServeSlowOnce(slow time.Duration, once *atomic.Bool, delay func(string) 
 
 // TestTimerPipeliningProbe sends bursts of 8 GETs to a new host over 2
 // connections of depth 4. A server that leaves what came with the request
-// ahead (gthread) stalls one request, the probe, for probeWaitMin: a copy
+// ahead (gthread) stalls one request, the probe, for lateMin: a copy
 // of it is then answered on another connection, and the host falls back to
 // depth 1. Before, every request written behind another waited for the
 // server's idle close (3 of 8 in one burst); then the probe did; and a
@@ -409,11 +409,11 @@ func TestTimerPipeliningProbe(t *testing.T) {
 		proven   bool          // the host is proven within 10 bursts, never falling back (else: never)
 		maxExtra int32         // requests served beyond those sent (counted if delay > 0)
 	}{
-		{"one per read", func(func(string) time.Duration) func(int, net.Conn, *bufio.Reader) { return memServeOnePerRead(idle) }, 0, probeWaitMin, false, 0},
+		{"one per read", func(func(string) time.Duration) func(int, net.Conn, *bufio.Reader) { return memServeOnePerRead(idle) }, 0, lateMin, false, 0},
 		{"serial", memServeSerial, time.Millisecond, 50 * time.Millisecond, true, 0},
-		{"serial, slower than a probe's wait", memServeSerial, 2 * probeWaitMin, 8 * 2 * probeWaitMin, true, 1},
+		{"serial, slower than a probe's wait", memServeSerial, 2 * lateMin, 8 * 2 * lateMin, true, 1},
 		{"serial, the first pipelined request slow", func(delay func(string) time.Duration) func(int, net.Conn, *bufio.Reader) {
-			return memServeSlowOnce(3*probeWaitMin/2, new(atomic.Bool), delay)
+			return memServeSlowOnce(3*lateMin/2, new(atomic.Bool), delay)
 		}, time.Millisecond, time.Second, true, 1},
 	}
 	for _, tt := range tests {
@@ -433,7 +433,7 @@ func TestTimerPipeliningProbe(t *testing.T) {
 					}
 					p.mu.Lock()
 					defer p.mu.Unlock()
-					return p.pipeProven, p.fallbacks > 0
+					return p.model.proven, !p.model.fallbackUntil.IsZero()
 				}
 				var longest atomic.Int64
 				sent := 0
@@ -540,15 +540,15 @@ func TestTimerIdleConn(t *testing.T) {
 
 // A host that drops every pipelined request falls back to depth 1 at its
 // first failure, having never answered a pipelined request; the fallback
-// ends after pipelineFallbackFor, and the next one, earned at the next
-// failure, lasts twice as long.
+// ends after verdictFor, and the next one, earned at the next failure,
+// lasts as long.
 func TestTimerFallbackExpires(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// Each connection answers its first request and drops the
 		// connection when a second one arrives pipelined.
 		depth, burst, stop := fallbackHost(func(net.Conn, *http.Request) bool { return false })
 		defer stop()
-		for i, want := range []time.Duration{pipelineFallbackFor, 2 * pipelineFallbackFor} {
+		for i, want := range []time.Duration{verdictFor, verdictFor} {
 			burst()
 			if d := depth(); d != 1 {
 				t.Fatalf("fallback %d: depth = %d after a burst whose pipelined requests were dropped, want 1", i, d)
@@ -629,31 +629,6 @@ func fallbackHost(pipelined func(c net.Conn, req *http.Request) bool) (depth fun
 	return depth, burst, func() { tr.Close() }
 }
 
-// fallBackLocked's fallbacks in a row last pipelineFallbackFor, doubled
-// for each, up to maxFallbackFor; a host that went without one for as long
-// as the last one lasted starts again from pipelineFallbackFor.
-func TestFallbackLengths(t *testing.T) {
-	p := &hostPool{}
-	now := time.Now()
-	for i, want := range []time.Duration{30 * time.Second, time.Minute, 2 * time.Minute, 4 * time.Minute, 8 * time.Minute, 8 * time.Minute} {
-		p.fallBackLocked(now)
-		if got := p.fallbackUntil.Sub(now); got != want {
-			t.Errorf("fallback %d lasts %v, want %v", i, got, want)
-		}
-		now = p.fallbackUntil.Add(time.Second) // failed again soon after
-	}
-	p.pipeProven = true // answers some, not enough
-	p.fallBackLocked(now)
-	if got := p.fallbackUntil.Sub(now); got != maxFallbackFor {
-		t.Errorf("after a pipelined answer, the next fallback lasts %v, want %v", got, maxFallbackFor)
-	}
-	now = p.fallbackUntil.Add(maxFallbackFor)
-	p.fallBackLocked(now)
-	if got := p.fallbackUntil.Sub(now); got != pipelineFallbackFor {
-		t.Errorf("after %v without a fallback, the next lasts %v, want %v", maxFallbackFor, got, pipelineFallbackFor)
-	}
-}
-
 func TestTimerExpectContinue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		bodyAt := make(chan time.Time, 1)
@@ -709,7 +684,7 @@ func TestTimerSerialHostEarlyResend(t *testing.T) {
 		serial := func() (bool, int) {
 			p.mu.Lock()
 			defer p.mu.Unlock()
-			return p.serialLocked(), p.depthLocked()
+			return p.model.order.serial(time.Now()), p.depthLocked()
 		}
 		for i := 0; ; i++ {
 			memBurst(t, tr, 8)
@@ -795,7 +770,8 @@ func testTimerMixedSerialHost(t *testing.T, depth int) {
 		state := func() (serial, mixed bool, depth int) {
 			p.mu.Lock()
 			defer p.mu.Unlock()
-			return p.serialLocked(), p.serialMixed, p.depthLocked()
+			o := &p.model.order
+			return o.serial(time.Now()), o.mixed, p.depthLocked()
 		}
 		for i := 0; ; i++ {
 			burst()
@@ -804,7 +780,8 @@ func testTimerMixedSerialHost(t *testing.T, depth int) {
 			}
 			if i == 100 {
 				p.mu.Lock()
-				score, quick, slow := p.serial, p.mixAfterQuick, p.mixAfterSlow
+				o := p.model.order
+				score, quick, slow := o.score.v, o.afterQuick, o.afterSlow
 				p.mu.Unlock()
 				t.Fatalf("no mixed serial verdict: score %.2f, after quick %+v, after slow %+v", score, quick, slow)
 			}
@@ -822,73 +799,6 @@ func testTimerMixedSerialHost(t *testing.T, depth int) {
 		tr.Close()
 		time.Sleep(time.Second) // the server's goroutines end
 	})
-}
-
-func TestSerialDepth(t *testing.T) {
-	const ms = time.Millisecond
-	tests := []struct {
-		depth     int
-		dial, gap time.Duration
-		mixed     bool
-		want      int
-	}{
-		{10, 100 * time.Microsecond, ms, false, 2}, // a round trip within a service time
-		{10, 0, ms, false, 2},
-		{10, 50 * ms, 10 * ms, false, 6}, // the next request is there after 5 service times
-		{10, 500 * ms, ms, false, 10},    // at most the configured depth
-		{10, ms, 0, false, 10},           // no service time known
-		{2, 50 * ms, ms, false, 2},
-		{10, 100 * time.Microsecond, 40 * ms, false, 2}, // alike service times: one behind
-		{10, 100 * time.Microsecond, 40 * ms, true, 1},  // mixed: none behind
-		{10, 100 * time.Microsecond, ms, true, 1},       // 10 round trips
-		{10, 200 * time.Microsecond, ms, true, 2},       // 5 round trips: one behind
-		{10, 50 * ms, 40 * ms, true, 3},                 // far: pipelined as before
-		{10, 0, 40 * ms, true, 2},                       // no dial measured
-		{10, ms, 0, true, 10},
-	}
-	for _, tt := range tests {
-		if got := serialDepth(tt.depth, tt.dial, tt.gap, tt.mixed); got != tt.want {
-			t.Errorf("serialDepth(%d, %v, %v, %t) = %d, want %d", tt.depth, tt.dial, tt.gap, tt.mixed, got, tt.want)
-		}
-	}
-}
-
-// TestHedgeBudget: early re-sends are allowed only while the host's one
-// duplicate budget lasts: one per 1/hedgeRate requests placed, and setSlow
-// spends one per request behind the late head. Copies of late heads spend
-// the same budget: once the re-sends spent it, no copy is sent.
-func TestHedgeBudget(t *testing.T) {
-	for _, hedge := range []bool{false, true} {
-		t.Run(fmt.Sprintf("HedgeHeadOfLine=%t", hedge), func(t *testing.T) { testHedgeBudget(t, hedge) })
-	}
-}
-
-func testHedgeBudget(t *testing.T, hedge bool) {
-	tr := NewTransport(TransportOptions{HedgeHeadOfLine: hedge})
-	defer tr.Close()
-	p := newHostPool(tr, poolKey{scheme: "http", addr: "h:80"})
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.serialUntil = time.Now().Add(time.Minute)
-	p.serialGap = time.Millisecond
-	early := 0
-	for range 1000 {
-		if p.holAfterLocked() > 0 {
-			early++
-			p.dupBudget-- // as setSlow does for one request behind
-		}
-	}
-	if want := int(1000 * hedgeRate); early < want-1 || early > want {
-		t.Errorf("%d early re-sends allowed in 1000 requests, want %d", early, want)
-	}
-	if d := p.holAfterLocked(); d != 0 && d != serialHOLGaps*time.Millisecond {
-		t.Errorf("holAfter = %v, want 0 or %v", d, serialHOLGaps*time.Millisecond)
-	}
-	// 1001 requests placed, the re-sends spent what they earned: nothing
-	// is left for a copy of a late head, with the option or without.
-	if p.dupBudget >= 1 {
-		t.Errorf("duplicate budget %v after the re-sends, want below 1", p.dupBudget)
-	}
 }
 
 // TestTimerChunkedReadAhead: a chunked answer whose rest is still coming

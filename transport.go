@@ -55,13 +55,6 @@ const (
 	// reader reads of it ahead of its caller.
 	maxReadAhead = 64 << 10
 
-	// streamGapMin is the least time nothing of a chunked body may arrive
-	// before the body is taken for a stream (bodyStream.tentative). The
-	// segments of a bulk transfer come microseconds apart over a loopback
-	// or a LAN, and about a round trip apart at worst over a far link
-	// (TCP's slow start): the host's round trips set the gap above this.
-	streamGapMin = 5 * time.Millisecond
-
 	// maxDrain is the largest remainder of a body that is read and
 	// discarded to keep a connection when the body is closed early.
 	maxDrain = 256 << 10
@@ -670,10 +663,14 @@ type HostModel struct {
 	// behind a request of a route not seen yet either.
 	Routes, StreamRoutes, LateRoutes int
 
-	// UsualHeadWait is a moving average of how long the host's answers
-	// hold their connection's head (late ones left out); LateAfter is how
-	// long a head may wait before it is late: 20 usual waits, at least
-	// 50 ms, at most HeadOfLineTimeout.
+	// RoundTrip is the host's shortest successful dial, which stands for
+	// a round trip; 0 until one.
+	RoundTrip time.Duration
+
+	// UsualHeadWait is an estimate of how long the host's answers hold
+	// their connection's head (late ones left out); LateAfter is how long
+	// a head may wait before it is late: 20 usual waits, at least 50 ms,
+	// at most HeadOfLineTimeout.
 	UsualHeadWait, LateAfter time.Duration
 
 	// Pipelining reports whether pipelineable requests are written behind
@@ -691,7 +688,9 @@ type HostModel struct {
 
 	// Serial reports whether the host is taken to run a connection's
 	// requests one at a time; its depth is then held to what it gains.
-	Serial bool
+	// ServiceTime is then its service time as its answers show it.
+	Serial      bool
+	ServiceTime time.Duration
 
 	// Proven reports whether the host answered a pipelined request as only
 	// a server that handles pipelining does; until then one request at a
