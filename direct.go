@@ -160,11 +160,7 @@ func (c *pconn) rest() (*pendingBody, error) {
 
 // armRest starts (or restarts) the rest's end.
 func (c *pconn) armRest() {
-	d := c.t.restWatch
-	if d == 0 {
-		d = restWatch
-	}
-	c.restT.Reset(d)
+	c.restT.Reset(c.t.restWatch)
 }
 
 // claimDirect gives a's caller the read turn if the connection rests, has

@@ -125,8 +125,8 @@ func testDirectReadQuiet(t *testing.T, certs *httptest.Server, tt quietCase, hoo
 	if tt.tls {
 		opts.TLSClientConfig, base = tlsRoots(certs), "https://"+srv.addr
 	}
+	setTestHook(t, &testHookRestWatch, time.Hour) // the reader never watches during the test
 	tr := newTestTransport(t, opts)
-	tr.restWatch = time.Hour // the reader never watches during the test
 	var direct atomic.Bool
 	ctx := directTrace(context.Background(), &direct)
 
@@ -249,8 +249,8 @@ func TestDirectReadCancel(t *testing.T) {
 					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
 				}
 			})
+			setTestHook(t, &testHookRestWatch, time.Hour)
 			tr := newTestTransport(t, TransportOptions{})
-			tr.restWatch = time.Hour
 			var direct atomic.Bool
 			resp, err := get(t, tr, srv.url("/warm"))
 			if err != nil {
@@ -347,8 +347,8 @@ func TestDirectReadContextWatch(t *testing.T) {
 						fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
 					}
 				})
+				setTestHook(t, &testHookRestWatch, time.Hour)
 				tr := newTestTransport(t, TransportOptions{})
-				tr.restWatch = time.Hour
 				shared := map[byte]context.CancelCauseFunc{}
 				ctxs := map[byte]context.Context{}
 				ctxOf := func(k byte) (context.Context, context.CancelCauseFunc) {
@@ -464,8 +464,8 @@ func TestDirectReadNotClaimed(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			verifyNoLeaks(t)
+			setTestHook(t, &testHookRestWatch, time.Hour) // only a wake-up gets the answer read
 			tr := newTestTransport(t, TransportOptions{ExpectContinueTimeout: time.Minute})
-			tr.restWatch = time.Hour // only a wake-up gets the answer read
 			resp, err := get(t, tr, srv.URL+"/warm")
 			if err != nil {
 				t.Fatal(err)
@@ -507,8 +507,8 @@ func TestDirectReadHandsOn(t *testing.T) {
 		io.WriteString(w, r.URL.Path)
 	}))
 	t.Cleanup(srv.Close)
+	setTestHook(t, &testHookRestWatch, time.Hour)
 	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1})
-	tr.restWatch = time.Hour
 	post := func(path string, direct *atomic.Bool) error {
 		ctx := directTrace(context.Background(), direct)
 		if path == "/first" {
@@ -596,6 +596,7 @@ func TestDirectReadHeld(t *testing.T) {
 			verifyNoLeaks(t)
 			var conn *writeWatchConn
 			var d net.Dialer
+			setTestHook(t, &testHookRestWatch, time.Hour)
 			tr := newTestTransport(t, TransportOptions{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 				c, err := d.DialContext(ctx, network, addr)
 				if err != nil {
@@ -604,7 +605,6 @@ func TestDirectReadHeld(t *testing.T) {
 				conn = &writeWatchConn{Conn: c}
 				return conn, nil
 			}})
-			tr.restWatch = time.Hour
 			resp, err := get(t, tr, srv.URL+"/warm")
 			if err != nil {
 				t.Fatal(err)

@@ -220,8 +220,8 @@ func TestH2BurstDialsOnce(t *testing.T) {
 	verifyNoLeaks(t)
 	h, inHandler, release := heldHandler()
 	srv, accepted := h2TestServer(t, h2Prefer, h, nil)
+	setTestHook(t, &testHookFarHop, time.Hour) // a slow loopback connect under -race is not a far host
 	tr := NewTransport(TransportOptions{TLSClientConfig: tlsRoots(srv)})
-	tr.farHop = time.Hour // a slow loopback connect under -race is not a far host
 	var dials atomic.Int32
 	const n = 50
 	var wg sync.WaitGroup
@@ -265,8 +265,8 @@ func TestH2BurstSpreadsOverConns(t *testing.T) {
 	const streams, conns, n = 100, 3, 250
 	h, inHandler, release := heldHandler()
 	srv, accepted := h2TestServer(t, h2Prefer, h, &http.HTTP2Config{MaxConcurrentStreams: streams})
+	setTestHook(t, &testHookFarHop, time.Hour) // a slow loopback connect under -race is not a far host
 	tr := NewTransport(TransportOptions{TLSClientConfig: tlsRoots(srv), MaxConnsPerHost: conns})
-	tr.farHop = time.Hour // a slow loopback connect under -race is not a far host
 	defer tr.Close()
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -931,8 +931,8 @@ func TestH2ThroughConnectProxy(t *testing.T) {
 			srv, accepted := h2TestServer(t, h2Prefer, protoHandler(), nil)
 			p := newHTTPProxy(t, proxyTLS, "")
 			pu, _ := url.Parse(p.URL)
+			setTestHook(t, &testHookFarHop, time.Hour) // a slow tunnel under -race is not a far host
 			tr := newTestTransport(t, TransportOptions{Proxy: http.ProxyURL(pu), TLSClientConfig: tlsRoots(srv)})
-			tr.farHop = time.Hour // a slow tunnel under -race is not a far host
 			h2Parallel(t, tr, srv.URL, 10)
 			if a, c := accepted.Load(), p.conns.Load(); a != 1 || c != 1 {
 				t.Errorf("origin accepted %d connections, proxy %d; want 1", a, c)

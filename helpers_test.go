@@ -690,3 +690,11 @@ func routeVerdict(tr *Transport, method, url string) followVerdict {
 	defer p.mu.Unlock()
 	return p.model.follow(classOf(req, method))
 }
+
+// setTestHook sets a test hook (transport.go) to v for the rest of t: the
+// Transports t makes after take it.
+func setTestHook(t testing.TB, hook *time.Duration, v time.Duration) {
+	old := *hook
+	*hook = v
+	t.Cleanup(func() { *hook = old })
+}

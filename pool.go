@@ -255,7 +255,7 @@ func (p *hostPool) startDialLocked(reqCtx context.Context) {
 	}
 	p.dials[d] = struct{}{}
 	if !p.learned && len(p.dials) == 1 && p.graceEnd.IsZero() {
-		p.armGraceLocked(p.t.farHopLimit()) // farDialLocked's first look
+		p.armGraceLocked(p.t.farHop) // farDialLocked's first look
 	}
 	t.wg.Add(1)
 	go func() {
@@ -1004,14 +1004,6 @@ func answerWait(dial time.Duration) time.Duration {
 // model.go; under the race detector with 50 goroutines starting at once, a
 // loopback connect took up to 70 ms.)
 
-// farHopLimit returns farHop, or what a test set in its place.
-func (t *Transport) farHopLimit() time.Duration {
-	if t.farHop > 0 {
-		return t.farHop
-	}
-	return farHop
-}
-
 // farDialLocked ends the wait for the host's first connection (and the
 // first answer's, answerWait of a far host's dial) if a first hop has
 // been under way for farHop: see farLocked. Until then it sets
@@ -1026,7 +1018,7 @@ func (p *hostPool) farDialLocked() {
 	next := time.Duration(0)
 	for d := range p.dials {
 		if !d.hop.done.Load() {
-			left := p.t.farHopLimit() - d.hop.pending(now)
+			left := p.t.farHop - d.hop.pending(now)
 			if left <= 0 {
 				p.graceEnd = time.Now()
 				return

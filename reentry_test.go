@@ -191,10 +191,10 @@ func TestHookReentry(t *testing.T) {
 					})
 					opts.Observer = o
 				}
-				tr = newTestTransport(t, opts)
 				if scene.watched {
-					tr.restWatch = time.Microsecond
+					setTestHook(t, &testHookRestWatch, time.Microsecond)
 				}
+				tr = newTestTransport(t, opts)
 				if scene.warm {
 					if _, err := getBody(context.Background(), tr, base+"/warm"); err != nil {
 						t.Fatal(err)

@@ -420,22 +420,31 @@ type Transport struct {
 	addrs *addrBook
 
 	// restWatch is how long a connection rests before its reader watches
-	// it again (direct.go); 0: the constant restWatch. Tests lengthen it,
-	// before the first request, to hold a connection at rest.
+	// it again (direct.go): the constant restWatch, or testHookRestWatch.
 	restWatch time.Duration
 	// handOvers counts the bodies that callers reading their own answers
 	// left to the reader goroutine (direct.go, errHandOver): tests count
 	// them.
 	handOvers atomic.Int64
 	// farHop is how long a host's first dial's first hop takes before the
-	// host counts as far away (pool.go, farDialLocked); 0: the constant
-	// farHop. Tests that count the dials of a burst to a host near by
-	// lengthen it, before the first request: under the race detector a
-	// loopback connect has taken 20 ms.
+	// host counts as far away (pool.go, farDialLocked): the constant
+	// farHop, or testHookFarHop.
 	farHop time.Duration
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
+
+// Test hooks, as net/http has them: a test sets one (setTestHook) before it
+// makes a Transport, which takes its value then.
+var (
+	// testHookRestWatch, if positive, replaces restWatch: tests that need
+	// a resting connection never watched, or watched at once.
+	testHookRestWatch time.Duration
+	// testHookFarHop, if positive, replaces farHop: tests that count the
+	// dials of a burst to a host near by, where a loopback connect under
+	// the race detector has taken 20 ms.
+	testHookFarHop time.Duration
+)
 
 // NewTransport returns a Transport configured by opts.
 func NewTransport(opts TransportOptions) *Transport {
@@ -449,6 +458,13 @@ func NewTransport(opts TransportOptions) *Transport {
 func (t *Transport) init() {
 	opts := t.opts
 	t.pools = make(map[poolKey]*hostPool)
+	t.restWatch, t.farHop = restWatch, farHop
+	if testHookRestWatch > 0 {
+		t.restWatch = testHookRestWatch
+	}
+	if testHookFarHop > 0 {
+		t.farHop = testHookFarHop
+	}
 	t.depth = opts.PipelineDepth
 	if t.depth <= 0 {
 		t.depth = DefaultPipelineDepth
