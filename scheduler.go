@@ -8,9 +8,11 @@ import (
 	"time"
 )
 
-// This file is the choice of a connection for a request and the queue of
-// requests waiting for one. Everything here runs under hostPool.mu and
-// reads the connections' schedulable state (sched) only.
+// This file is the choice of a connection for a request, the queue of
+// requests waiting for one, and when a request that could be pipelined
+// dials instead (the first answer's wait, a burst's, a host far away, and
+// what the host model says it gains). Everything here runs under
+// hostPool.mu and reads the connections' schedulable state (sched) only.
 //
 // The order of preference, for each request:
 //  1. an idle connection (nothing in flight), the most recently used;
@@ -23,7 +25,7 @@ import (
 //     connection that becomes idle first, whichever comes first;
 //  3. for a pipelineable request, the busy connection with the least
 //     expected wait (leastWait.pipeline), once the host has answered
-//     (pool.go, answerWait);
+//     (answerWait);
 //  4. otherwise it waits in FIFO order, cancellable by its context.
 
 // errPoolGone is returned by acquire when the pool was removed from the
@@ -259,7 +261,7 @@ func (p *hostPool) hookedDialsLocked() int {
 
 // mayStackLocked reports whether a pipelineable request (held by the
 // pipelining threshold or not) may be written behind others: it may not
-// dial, and, until the host's first answer (pool.go, answerWait), it
+// dial, and, until the host's first answer (answerWait), it
 // could not dial even beyond the threshold.
 func (p *hostPool) mayStackLocked(held bool) bool {
 	if p.canDialLocked(held) {
@@ -533,4 +535,190 @@ func (leastWait) drainCandidate(conns []*pconn) *pconn {
 		}
 	}
 	return best
+}
+
+// The first answer. Until a host has answered once, nothing tells a fast
+// server (where pipelining a burst saves connections at no cost) from one
+// whose answers take long (where a burst pipelined over a few connections
+// waits several service times, and net/http, dialing one connection per
+// request, answers it in one). So a pipelineable request that would be
+// written behind another, while it could dial (MaxConnsPerHost), waits
+// unwritten instead: for a connection that becomes idle, or for the host's
+// first answer, after which it is pipelined as usual; and if no answer
+// comes within answerWait of the host's first connection, it dials, as
+// net/http would, until the first answer. A fast server near by costs a
+// burst one round trip; a slow one, a few milliseconds on top of
+// net/http's time; a server far away (a dial of quickWait or more),
+// nothing.
+
+// answerWait returns how long a request that could dial waits for an
+// answer (the host's first, or its burst's) from the start of that wait
+// (the host's first connection, or the burst's start), given the host's
+// dial time (0: none yet). The wait is the latency traded for
+// connections, and no more than quickWait. An answer comes a round trip
+// after its request's write at the soonest, and a dial takes about one
+// (TCP's handshake; TLS adds more): when the host's dial takes quickWait
+// or longer, no answer can come within the wait, and
+// waiting would only add to the dial that follows. A burst of 20 GETs over
+// a 50 ms round trip (20 ms answers, a Go server) took 1.6-2 times
+// net/http's time when it waited up to twice the dial time (the wait's
+// earlier rule): the answer came after 70 ms, and the rest were
+// then pipelined or dialed.
+func answerWait(dial time.Duration) time.Duration {
+	if dial >= quickWait {
+		return 0
+	}
+	return quickWait
+}
+
+// A host far away. Until a host's first connection is up, the requests
+// beyond the first wait for it: its dial time sets the wait for the first
+// answer (answerWait), and its protocol may be HTTP/2, which takes every
+// request on one connection (canDialLocked). A host whose first dial has
+// not made its way to the target (firstHop: TCP, or through a proxy)
+// within farHop is far away, or slow to resolve: that wait would add a
+// dial to net/http's time, and no answer can come sooner than the round
+// trip the dial shows. So the waiters dial at once, as net/http's
+// do, and HTTP/2 connections found extra are closed (h2Dialed), as
+// net/http's HTTP/2 pool closes them. A burst of 20 GETs over a 50 ms
+// round trip waited one dial more than net/http over http, and two over
+// https (a TCP dial, then TLS, to learn the protocol). (farHop is in
+// model.go; under the race detector with 50 goroutines starting at once, a
+// loopback connect took up to 70 ms.)
+
+// farDialLocked ends the wait for the host's first connection (and the
+// first answer's, answerWait of a far host's dial) if a first hop has
+// been under way for farHop: see farLocked. Until then it sets
+// graceTimer to look again (startDialLocked sets it for the first look).
+// The time is the hop's own, from its call, not the dial's: a dialing
+// goroutine that a busy machine starts late is not far away.
+func (p *hostPool) farDialLocked() {
+	if p.learned || !p.graceEnd.IsZero() {
+		return
+	}
+	now := monoNow()
+	next := time.Duration(0)
+	for d := range p.dials {
+		if !d.hop.done.Load() {
+			left := p.t.farHop - d.hop.pending(now)
+			if left <= 0 {
+				p.graceEnd = time.Now()
+				return
+			}
+			if next == 0 || left < next {
+				next = left
+			}
+		}
+	}
+	if next > 0 {
+		p.armGraceLocked(next)
+	}
+}
+
+// farLocked reports whether the host's first dial showed it far away
+// before any dial succeeded (farDialLocked).
+func (p *hostPool) farLocked() bool {
+	return !p.learned && !p.graceEnd.IsZero()
+}
+
+// startGraceLocked starts the wait for the host's first answer when its
+// first connection is established, took being that connection's dial.
+// With no wait, the dispatch that follows (joinUnlock) lets the waiters
+// dial.
+func (p *hostPool) startGraceLocked(took time.Duration) {
+	if p.answered || !p.graceEnd.IsZero() {
+		return
+	}
+	d := answerWait(took)
+	p.graceEnd = time.Now().Add(d)
+	if d > 0 {
+		p.armGraceLocked(d)
+	}
+}
+
+// armGraceLocked sets graceTimer to dispatch the waiters in d: at the end
+// of the wait for the host's first answer, or for a burst's. One timer
+// serves both, so that Close stops whichever is pending.
+func (p *hostPool) armGraceLocked(d time.Duration) {
+	if p.graceTimer != nil {
+		p.graceTimer.Reset(d)
+		return
+	}
+	p.graceTimer = time.AfterFunc(d, func() {
+		p.mu.Lock()
+		p.dispatchLocked()
+		p.mu.Unlock()
+	})
+}
+
+// A burst is the first answer's wait again: requests given connections
+// while the host had nothing in flight, after an answer or a pause of any
+// length. Until one of them is answered, a pipelineable request is not
+// written behind another while it could dial: it waits unwritten for an
+// idle connection or for the burst's first answer, and dials if none comes
+// within burstWait of the burst's start. A host answered quickly before
+// may be slow for this burst (a burst of slow GETs to Tomcat or Jetty,
+// which run a connection's requests one at a time, after a quick one: 3-4
+// times net/http's time when pipelined four deep at once). A fast server
+// costs a burst's stacked requests one answer's time.
+func (p *hostPool) burstWaitLocked() time.Duration {
+	return answerWait(p.model.rtt)
+}
+
+// quietLocked reports whether no connection of p but c has a request in
+// flight.
+func (p *hostPool) quietLocked(c *pconn) bool {
+	for _, o := range p.conns {
+		if o != c && o.s.inflight > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// burstWaitingLocked reports whether a burst waits for its first answer,
+// setting graceTimer for the end of the wait once.
+func (p *hostPool) burstWaitingLocked() bool {
+	if !p.burst {
+		return false
+	}
+	left := p.burstWaitLocked() - time.Duration(monoNow()-p.burstStart)
+	if left <= 0 {
+		return false
+	}
+	if !p.burstTimed {
+		p.burstTimed = true
+		p.armGraceLocked(left)
+	}
+	return true
+}
+
+// awaitsAnswerLocked reports whether the host has not answered yet and the
+// wait for its first answer is not over, or a burst waits for its first
+// answer: a request must not be pipelined while it could dial.
+func (p *hostPool) awaitsAnswerLocked() bool {
+	if p.model.fixed {
+		return false
+	}
+	if !p.answered {
+		return p.graceEnd.IsZero() || time.Now().Before(p.graceEnd)
+	}
+	return p.burstWaitingLocked()
+}
+
+// gainsLocked reports whether the host gains from pipelining, so that
+// the pipelining threshold holds back the dials of pipelineable requests
+// (as far as is known: a host that has not answered within its
+// first-answer wait is dialed like a serial one until it does).
+func (p *hostPool) gainsLocked() bool {
+	if p.model.fixed {
+		return true // learns nothing: the pipelining threshold holds
+	}
+	if !p.answered && !p.graceEnd.IsZero() && !time.Now().Before(p.graceEnd) {
+		return false
+	}
+	if p.burst && time.Duration(monoNow()-p.burstStart) >= p.burstWaitLocked() {
+		return false // the burst had no answer within its wait
+	}
+	return p.model.gains(time.Now())
 }

@@ -427,7 +427,7 @@ type Transport struct {
 	// them.
 	handOvers atomic.Int64
 	// farHop is how long a host's first dial's first hop takes before the
-	// host counts as far away (pool.go, farDialLocked): the constant
+	// host counts as far away (scheduler.go, farDialLocked): the constant
 	// farHop, or testHookFarHop.
 	farHop time.Duration
 }
