@@ -725,7 +725,7 @@ func (m *hostModel) noteOrder(now time.Time, gap, writeGap, shadow time.Duration
 
 // The duplicate budget. Every copy of a request sent while its original
 // may still run is a duplicate for the server: safe requests re-sent from
-// behind a head that is late before HeadOfLineTimeout (earlyAfter), copies
+// behind a serial host's late head before HeadOfLineTimeout (earlyAfter), copies
 // of late heads (TransportOptions.HedgeHeadOfLine) and of a stalled probe.
 // They are held to one budget, as retry budgets are in Envoy and gRPC:
 // each request placed earns hedgeRate of one, up to hedgeBurst, and each
@@ -746,17 +746,27 @@ func (m *hostModel) mayDuplicate() bool { return m.dup >= 1 }
 // spend takes n duplicates from the budget.
 func (m *hostModel) spend(n int) { m.dup -= float64(n) }
 
-// earlyAfter returns the head-of-line threshold of a request placed now
-// (attempt.holAfter): its host's late wait (lateAfter) while the budget
-// allows a duplicate, so that the safe requests behind a late head are
-// re-sent elsewhere then; or 0 for HeadOfLineTimeout (hol), when no
-// budget is left, the host's waits are not known yet, or the late wait is
-// not sooner. It charges nothing: the connection does, if it re-sends.
-func (m *hostModel) earlyAfter(hol time.Duration) time.Duration {
-	if m.fixed || hol <= 0 || !m.mayDuplicate() || m.heads.usual.n == 0 {
+// earlyAfter returns the head-of-line threshold of a request placed at now
+// (attempt.holAfter): for a host that runs a connection's requests one at
+// a time, lateWaits of its service times (at least margin quick waits)
+// while the budget allows a duplicate, so that the safe requests behind a
+// late head, which such a server has not begun, are re-sent elsewhere
+// then; or 0 for HeadOfLineTimeout (hol), when no budget is left, the host
+// is not judged serial, or the early threshold is not sooner. It charges
+// nothing: the connection does, if it re-sends. Behind a server that runs
+// requests at once, what waits behind a late head has mostly been answered
+// already: re-sent at the late wait, it cost the server 2% more requests
+// and the slowest requests a second late head (p99.9 1.6 times as long, 1%
+// of answers after 200 ms), for 4-19% more requests per second.
+func (m *hostModel) earlyAfter(now time.Time, hol time.Duration) time.Duration {
+	if m.fixed || hol <= 0 || !m.mayDuplicate() || !m.order.serial(now) {
 		return 0
 	}
-	if d := m.heads.lateAfter(); d < hol {
+	gap := m.order.serviceGap()
+	if gap <= 0 {
+		return 0
+	}
+	if d := max(lateWaits*gap, margin*quickWait); d < hol {
 		return d
 	}
 	return 0

@@ -503,14 +503,18 @@ func TestFallback(t *testing.T) {
 // placed, each re-send spending one; then nothing is left for a copy of a
 // late head either.
 func TestDuplicateBudget(t *testing.T) {
-	var m hostModel
-	m.noteHeadWait(time.Millisecond) // the host's usual wait: late after 50 ms
+	now := time.Unix(0, 0)
+	var serial serviceOrder
+	for range memory {
+		serial.note(now, time.Millisecond, 0, 0) // a serial host, 1 ms of service
+	}
+	m := hostModel{order: serial}
 	early := 0
 	for range 1000 {
 		m.earn()
-		if d := m.earlyAfter(time.Second); d > 0 {
-			if d != lateMin {
-				t.Fatalf("earlyAfter = %v, want %v", d, lateMin)
+		if d := m.earlyAfter(now, time.Second); d > 0 {
+			if want := lateWaits * time.Millisecond; d != want {
+				t.Fatalf("earlyAfter = %v, want %v", d, want)
 			}
 			early++
 			m.spend(1) // as setSlow does for one request behind
@@ -522,19 +526,25 @@ func TestDuplicateBudget(t *testing.T) {
 	if m.mayDuplicate() {
 		t.Errorf("duplicate budget %v after the re-sends, want below 1", m.dup)
 	}
+	var quick serviceOrder
+	for range memory {
+		quick.note(now, 300*time.Microsecond, 0, 0) // 0.3 ms of service
+	}
 	for _, tt := range []struct {
 		name string
 		m    hostModel
 		hol  time.Duration
 		want time.Duration
 	}{
-		{"nothing known yet", hostModel{dup: hedgeBurst}, time.Second, 0},
-		{"HeadOfLineTimeout disabled", hostModel{dup: hedgeBurst, heads: m.heads}, -1, 0},
-		{"HeadOfLineTimeout sooner", hostModel{dup: hedgeBurst, heads: m.heads}, 40 * time.Millisecond, 0},
-		{"fixed policy", hostModel{fixed: true, dup: hedgeBurst, heads: m.heads}, time.Second, 0},
-		{"budget left", hostModel{dup: 1, heads: m.heads}, time.Second, lateMin},
+		{"not serial", hostModel{dup: hedgeBurst}, time.Second, 0},
+		{"serial", hostModel{dup: 1, order: serial}, time.Second, lateWaits * time.Millisecond},
+		{"serial, quick: at least two quick waits", hostModel{dup: 1, order: quick}, time.Second, margin * quickWait},
+		{"no budget", hostModel{dup: 0.9, order: serial}, time.Second, 0},
+		{"HeadOfLineTimeout disabled", hostModel{dup: hedgeBurst, order: serial}, -1, 0},
+		{"HeadOfLineTimeout sooner", hostModel{dup: hedgeBurst, order: serial}, 15 * time.Millisecond, 0},
+		{"fixed policy", hostModel{fixed: true, dup: hedgeBurst, order: serial}, time.Second, 0},
 	} {
-		if got := tt.m.earlyAfter(tt.hol); got != tt.want {
+		if got := tt.m.earlyAfter(now, tt.hol); got != tt.want {
 			t.Errorf("%s: earlyAfter(%v) = %v, want %v", tt.name, tt.hol, got, tt.want)
 		}
 	}

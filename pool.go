@@ -376,7 +376,7 @@ func (p *hostPool) assignLocked(c *pconn, a *attempt) httptrace.GotConnInfo {
 	m := &p.model
 	m.earn()
 	hol := p.t.holTimeout()
-	a.holAfter = m.earlyAfter(hol)
+	a.holAfter = m.earlyAfter(time.Now(), hol)
 	a.streamGap = margin * m.rtt
 	a.probeAfter = 0
 	if !m.proven && !m.fixed {
@@ -732,7 +732,7 @@ func (p *hostPool) tentative(c *pconn, a *attempt) {
 }
 
 // setSlow marks c's head slow or not. A head late before
-// HeadOfLineTimeout (early: at its host's late wait, hostModel.earlyAfter)
+// HeadOfLineTimeout (early: a serial host's, hostModel.earlyAfter)
 // spends the duplicate budget for each request behind it, which is
 // re-sent: those re-sends are optional, the ones at HeadOfLineTimeout are
 // not.
