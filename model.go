@@ -195,6 +195,8 @@ type hostModel struct {
 	proven, probeCopied bool
 	failures            []time.Time // of the last pipeline failures
 	fallbackUntil       time.Time   // the depth fallback's end
+
+	budget connBudget // requests its server answers per connection
 }
 
 func newHostModel(fixed bool) hostModel {
@@ -829,9 +831,93 @@ func (m *hostModel) fallBack(now time.Time) {
 func (m *hostModel) inFallback(now time.Time) bool { return now.Before(m.fallbackUntil) }
 
 // learned reports whether the model holds something about its host that a
-// new one would have to learn again at a cost to requests: recent
-// pipeline failures or a depth fallback, or evidence of a serial server.
+// new one would have to learn again at a cost to requests: a
+// per-connection budget, recent pipeline failures or a depth fallback, or
+// evidence of a serial server.
 func (m *hostModel) learned(now time.Time) bool {
-	return len(m.failures) > 0 || m.inFallback(now) || m.order.serial(now) ||
+	return m.budget.learned() || len(m.failures) > 0 || m.inFallback(now) || m.order.serial(now) ||
 		m.order.score.n > 0 && m.order.score.v >= serialOff
 }
+
+// The per-connection budget. A server that closes each connection after a
+// number of requests (nginx's keepalive_requests, hypercorn and tinyproxy
+// after one) is learned from its closes, so that a connection is given no
+// more requests than it will answer, none written only to be sent again.
+// A close it announces (Connection: close) with requests written behind,
+// at the same count on two connections in a row, is the budget; one it
+// does not announce, right after an answer, at the same count twice in a
+// row, is too, for verdictFor: nothing tells that such a server would now
+// answer more, its connections being closed at the budget, so it is
+// learned again; a server that still closes costs a request sent again per
+// connection until it has closed two in a row at the same count, and one
+// whose closes had another cause is no longer held to it. A connection
+// that answers more disproves either.
+type connBudget struct {
+	n     int       // requests per connection; 0 if unknown
+	until time.Time // a budget learned from unannounced closes holds until then; zero for an announced one
+	// quiet is the count at which a connection was last closed without
+	// notice; noQuietUntil: a budget learned from such closes proved
+	// wrong (a connection answered more), so that those closes are not
+	// the server's doing (a faulty network's resets): none is learned
+	// again until then.
+	quiet        int
+	noQuietUntil time.Time
+	closeAt      int // the count at which the server last closed a connection it announced closing
+}
+
+// at returns the budget at now (0: none).
+func (b *connBudget) at(now time.Time) int {
+	if b.n > 0 && !b.until.IsZero() && now.After(b.until) {
+		b.n, b.quiet, b.until = 0, 0, time.Time{}
+	}
+	return b.n
+}
+
+// noteAnnouncedClose records a close the server announced on the answer
+// at place, with requests written behind it.
+func (b *connBudget) noteAnnouncedClose(place int) {
+	if b.closeAt == place {
+		b.n, b.until = place, time.Time{}
+	}
+	b.closeAt = place
+}
+
+// noteQuietClose records a connection the server closed without notice
+// right after its answered-th answer, reporting whether that made the
+// budget.
+func (b *connBudget) noteQuietClose(answered int, now time.Time) (learned bool) {
+	if b.quiet == answered && (b.n == 0 || answered < b.n) && now.After(b.noQuietUntil) {
+		b.n, b.until = answered, now.Add(verdictFor)
+		learned = true
+	}
+	b.quiet = answered
+	return learned
+}
+
+// noteServed records a connection that has answered served requests: a
+// count above one at which others closed without notice says that count
+// is not the server's budget.
+func (b *connBudget) noteServed(served int, now time.Time) {
+	if b.quiet > 0 && served > b.quiet {
+		b.quiet = 0
+	}
+	if !b.until.IsZero() && served > b.n {
+		b.n, b.until = 0, time.Time{}
+		b.noQuietUntil = now.Add(verdictFor)
+	}
+}
+
+// noteUnclosed records a connection given the announced budget of
+// assigned requests that answered them all without a close: the server
+// would have answered more than it announced, so the budget is learned
+// again from the next close. (One learned from unannounced closes
+// expires instead.)
+func (b *connBudget) noteUnclosed(assigned int) {
+	if b.n == assigned && b.until.IsZero() {
+		b.n = 0
+	}
+}
+
+// learned reports whether b holds anything a new model would learn again
+// at a cost.
+func (b *connBudget) learned() bool { return b.n > 0 || b.quiet > 0 }

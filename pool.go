@@ -38,31 +38,6 @@ type hostPool struct {
 	dials   map[*dialHandle]struct{} // dials in progress
 	tick    uint64                   // logical clock for head ages
 	policy  leastWait
-	// budget is the number of requests the server answers on one
-	// connection before closing it (nginx's keepalive_requests), learned
-	// from a "Connection: close" with requests behind it, or from the same
-	// unannounced close seen twice; 0 if unknown. A connection is given
-	// no more than budget requests, so that none are written only to be
-	// resent.
-	budget int
-	// quietClose is the number of responses after which a connection was
-	// last closed without notice while requests were in flight; seen
-	// twice in a row, it becomes the budget.
-	quietClose int
-	// budgetUntil: a budget learned from unannounced closes holds until
-	// then (verdictFor), and is learned again after; zero for a budget
-	// the server announced (Connection: close), which a connection that
-	// served it without a close forgets (responseDone).
-	budgetUntil time.Time
-	// noQuietUntil: a budget learned from unannounced closes proved
-	// wrong (a connection answered more), so that those closes are not
-	// the server's doing (a faulty network's resets): none is learned
-	// again until then (verdictFor after).
-	noQuietUntil time.Time
-	// closeAt is the count at which the server last closed a connection
-	// it announced closing (Connection: close) with requests written
-	// behind; seen twice in a row, it becomes the budget.
-	closeAt int
 	// model is what the host's answers taught (model.go): per route
 	// class, whether requests may be written behind one; and the
 	// host-wide estimates every other decision reads.
@@ -116,7 +91,7 @@ type sched struct {
 	probeDrain   bool
 	served       int  // responses completed
 	assigned     int  // requests assigned, ever
-	atBudget     bool // retired because assigned reached hostPool.budget
+	atBudget     bool // retired because assigned reached its host's budget (connBudget)
 	serverClosed bool // the server said it closes the connection
 	headTick     uint64
 	idleSince    time.Time // when inflight last became 0
@@ -352,10 +327,7 @@ func (p *hostPool) assignLocked(c *pconn, a *attempt) httptrace.GotConnInfo {
 			p.burst, p.burstTimed, p.burstStart = true, false, monoNow()
 		}
 	}
-	if p.budget > 0 && !p.budgetUntil.IsZero() && time.Now().After(p.budgetUntil) {
-		p.budget, p.quietClose, p.budgetUntil = 0, 0, time.Time{}
-	}
-	if p.budget > 0 && s.assigned >= p.budget {
+	if b := p.model.budget.at(time.Now()); b > 0 && s.assigned >= b {
 		p.retireLocked(c, CloseBudget)
 		s.atBudget = true
 	}
@@ -448,13 +420,6 @@ func (p *hostPool) becameIdleLocked(c *pconn) (done, wentIdle bool, victims []*i
 // watched again (restWatch), give or take the noise of a busy machine
 // (lateMin). It is far below servers' idle timeouts (seconds).
 const quickClose = restWatch + lateMin
-
-// A budget learned from unannounced closes holds for verdictFor. Nothing
-// tells that such a server would now answer more (its connections are
-// closed at the budget), so it is learned again: a server that still
-// closes costs a request sent again per connection until it has closed two
-// in a row at the same count; one whose closes had another cause, which
-// the rules here did not tell apart, is no longer held to it.
 
 // quietClosed reports whether a connection that ended with err, with
 // unanswered requests written on it after answered responses, was closed
@@ -575,10 +540,7 @@ func (p *hostPool) gotHeadersLocked(c *pconn, a *attempt, closing bool) {
 				// unannounced closes), others after an error; learned at
 				// once, that count closed every connection (2-4 times
 				// net/http's dials).
-				if p.closeAt == a.place {
-					p.budget, p.budgetUntil = a.place, time.Time{}
-				}
-				p.closeAt = a.place
+				p.model.budget.noteAnnouncedClose(a.place)
 			}
 		}
 	}
@@ -625,13 +587,7 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers, hold boo
 	// closed without notice shows that count is not the server's budget
 	// (quietClosed): a server that keeps one closes every connection at
 	// it.
-	if p.quietClose > 0 && s.served > p.quietClose {
-		p.quietClose = 0
-	}
-	if !p.budgetUntil.IsZero() && s.served > p.budget {
-		p.budget, p.budgetUntil = 0, time.Time{}
-		p.noQuietUntil = time.Now().Add(verdictFor)
-	}
+	p.model.budget.noteServed(s.served, time.Now())
 	s.lastNoBody = a.noBody
 	if s.inflight == 0 {
 		s.probeDrain = false
@@ -654,12 +610,8 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers, hold boo
 		put = errConnClosing
 	}
 	if s.inflight == 0 {
-		if s.atBudget && !s.serverClosed && p.budget == s.assigned && p.budgetUntil.IsZero() {
-			// The server would have answered more than it announced:
-			// forget the budget and learn it again from the next close.
-			// (One that closes without notice says nothing either way
-			// here: that budget expires.)
-			p.budget = 0
+		if s.atBudget && !s.serverClosed {
+			p.model.budget.noteUnclosed(s.assigned)
 		}
 		if put == nil && !p.keepIdleLocked(c) {
 			p.retireLocked(c, CloseIdleLimit)
@@ -807,11 +759,9 @@ func (p *hostPool) ended(c *pconn, err error, unanswered, answered int, headIdle
 		// 204, 304) may be the server's response to that answer
 		// (waitress closes after a HEAD whose application wrote no body,
 		// which it takes for a short one): not counted.
-		if p.quietClose == answered && (p.budget == 0 || answered < p.budget) && time.Now().After(p.noQuietUntil) {
-			p.budget, p.budgetUntil = answered, time.Now().Add(verdictFor)
+		if p.model.budget.noteQuietClose(answered, time.Now()) {
 			spent = p.retireSpentLocked()
 		}
-		p.quietClose = answered
 	}
 	empty := len(p.conns) == 0 && p.dialing == 0 && p.waiters.len() == 0 && p.ending == 0
 	var ev ConnEvent
@@ -844,7 +794,7 @@ func (p *hostPool) ended(c *pconn, err error, unanswered, answered int, headIdle
 func (p *hostPool) retireSpentLocked() (idle []*pconn) {
 	for _, c := range p.conns {
 		s := &c.s
-		if s.retired || s.assigned < p.budget {
+		if s.retired || s.assigned < p.model.budget.n {
 			continue
 		}
 		p.retireLocked(c, CloseBudget)
@@ -963,7 +913,7 @@ func (p *hostPool) learnedLocked() bool {
 	// That a host speaks HTTP/2 costs a new pool one dial at a time until
 	// its first connection says so, as for any host not known yet: not
 	// kept for it.
-	return p.budget > 0 || p.quietClose > 0 || p.model.learned(time.Now())
+	return p.model.learned(time.Now())
 }
 
 // modelStatsLocked returns what Stats shows of the host's model, at the
@@ -977,6 +927,7 @@ func (p *hostPool) modelStatsLocked(depth int) HostModel {
 		StreamRoutes:  m.streams,
 		LateRoutes:    m.lates,
 		RoundTrip:     m.rtt,
+		ConnBudget:    m.budget.at(now),
 		UsualHeadWait: m.heads.usualWait(),
 		LateAfter:     m.lateAfter(p.t.holTimeout()),
 		Serial:        !m.fixed && m.order.serial(now),

@@ -312,14 +312,14 @@ func TestPoolLearnsFromPlace(t *testing.T) {
 			tr := NewTransport(TransportOptions{PipelineDepth: 8})
 			defer tr.Close()
 			p := newHostPool(tr, poolKey{})
-			p.closeAt = tt.place // the connection before closed at the same count
+			p.model.budget.closeAt = tt.place // the connection before closed at the same count
 			c := &pconn{t: tr}
 			c.s.served, c.s.assigned, c.s.inflight = tt.served, tt.assigned, tt.assigned-tt.served
 			c.s.kaFirstMax = tt.firstMax
 			a := &attempt{r: &request{pipelineable: true}, place: tt.place, ka: tt.ka}
 			p.mu.Lock()
 			p.gotHeadersLocked(c, a, tt.closing)
-			budget, kaLimit := p.budget, c.s.kaLimit
+			budget, kaLimit := p.model.budget.n, c.s.kaLimit
 			p.mu.Unlock()
 			if budget != tt.wantBudget {
 				t.Errorf("budget = %d, want %d", budget, tt.wantBudget)
@@ -460,7 +460,7 @@ func TestLargeAnswersOnTheWire(t *testing.T) {
 func TestQuietBudgetExpires(t *testing.T) {
 	tests := []struct {
 		name        string
-		until       time.Duration // budgetUntil from now; 0: announced
+		until       time.Duration // the budget's until from now; 0: announced
 		wantRetired bool
 		wantBudget  int
 	}{
@@ -473,16 +473,16 @@ func TestQuietBudgetExpires(t *testing.T) {
 			tr := NewTransport(TransportOptions{PipelineDepth: 8})
 			defer tr.Close()
 			p := newHostPool(tr, poolKey{})
-			p.budget, p.quietClose = 3, 3
+			p.model.budget.n, p.model.budget.quiet = 3, 3
 			if tt.until != 0 {
-				p.budgetUntil = time.Now().Add(tt.until)
+				p.model.budget.until = time.Now().Add(tt.until)
 			}
 			c := &pconn{t: tr}
 			c.s.served, c.s.assigned = 2, 2
 			a := &attempt{r: &request{pipelineable: true}}
 			p.mu.Lock()
 			p.assignLocked(c, a)
-			retired, budget := c.s.retired, p.budget
+			retired, budget := c.s.retired, p.model.budget.n
 			p.mu.Unlock()
 			if retired != tt.wantRetired || budget != tt.wantBudget {
 				t.Errorf("after the third assignment: retired %v, budget %d; want %v, %d", retired, budget, tt.wantRetired, tt.wantBudget)
@@ -520,16 +520,16 @@ func TestQuietCountDisproved(t *testing.T) {
 			tr := NewTransport(TransportOptions{PipelineDepth: 8})
 			defer tr.Close()
 			p := newHostPool(tr, poolKey{})
-			p.quietClose, p.budget = tt.quietClose, tt.budget
+			p.model.budget.quiet, p.model.budget.n = tt.quietClose, tt.budget
 			if tt.quiet {
-				p.budgetUntil = time.Now().Add(verdictFor)
+				p.model.budget.until = time.Now().Add(verdictFor)
 			}
 			c := &pconn{t: tr}
 			c.s.served, c.s.assigned, c.s.inflight = tt.served-1, tt.served+1, 2
 			p.conns = append(p.conns, c)
 			p.responseDone(c, &attempt{r: &request{pipelineable: true}}, false, false, false)
 			p.mu.Lock()
-			quietClose, budget := p.quietClose, p.budget
+			quietClose, budget := p.model.budget.quiet, p.model.budget.n
 			p.mu.Unlock()
 			if quietClose != tt.wantQuietClose || budget != tt.wantBudget {
 				t.Errorf("after answer %d: quietClose %d, budget %d; want %d, %d", tt.served, quietClose, budget, tt.wantQuietClose, tt.wantBudget)
@@ -543,8 +543,8 @@ func TestQuietCountDisproved(t *testing.T) {
 			}
 			p.mu.Lock()
 			learned := 0
-			if !p.budgetUntil.IsZero() {
-				learned = p.budget
+			if !p.model.budget.until.IsZero() {
+				learned = p.model.budget.n
 			}
 			p.mu.Unlock()
 			if learned != tt.wantLearnsAtCount {

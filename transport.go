@@ -708,6 +708,12 @@ type HostModel struct {
 	Serial      bool
 	ServiceTime time.Duration
 
+	// ConnBudget is the number of requests the host's server answers on
+	// one connection before it closes it (nginx's keepalive_requests), as
+	// learned from its closes; 0 if none is known. A connection is given
+	// no more.
+	ConnBudget int
+
 	// Proven reports whether the host answered a pipelined request as only
 	// a server that handles pipelining does; until then one request at a
 	// time is pipelined (the probe, docs/reliability.md).
