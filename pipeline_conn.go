@@ -446,15 +446,15 @@ func smallBody(r *request) bool {
 // send writes a's request on c. It returns a non-nil error only when
 // nothing of the request was written (errNotWritten, or the context's
 // error); otherwise the outcome is delivered to a (attempt.deliver).
+//
+// In order: the write token (takeWriteToken), the body, who reads the
+// answer (claimReader), a's place in the fifo (enqueue), then the write:
+// inline, held until the look at the socket (writeHeld), or by a
+// goroutine of its own while the answer is read (full duplex).
 func (c *pconn) send(a *attempt) error {
 	r := a.r
 	if err := c.takeWriteToken(r.ctx); err != nil {
-		if err == net.ErrClosed {
-			return errNotWritten
-		}
-		// An earlier writer may have left its request unflushed for us.
-		go c.flushLeftovers()
-		return err
+		return c.tokenError(err)
 	}
 	body, err := r.body()
 	if err != nil {
@@ -463,12 +463,62 @@ func (c *pconn) send(a *attempt) error {
 		a.deliver(result{err: err})
 		return nil
 	}
-	inline := body == nil || r.req.GetBody != nil && r.req.ContentLength > 0 && r.req.ContentLength <= maxInlineBody
-	direct := inline && c.claimDirect(a)
+	inline := inlineBody(r, body)
+	direct, held := c.claimReader(a, body, inline)
+	if !c.enqueue(a, direct) {
+		c.giveBack(r, body, direct)
+		return errNotWritten
+	}
+	if !inline {
+		// Full duplex: the response may come (and be returned) while the
+		// body is still being written, as with net/http.
+		a.writeDone = make(chan struct{})
+		go c.write(a, body, false)
+		return nil
+	}
+	if held {
+		return c.writeHeld(a, body)
+	}
+	c.write(a, body, direct)
+	if direct {
+		c.startDirect(a)
+		c.readDirect(a)
+	}
+	return nil
+}
+
+// tokenError is send's error when the write token could not be taken
+// (takeWriteToken's err): errNotWritten if c closed, else the context's
+// cause. An earlier writer may then have left its request unflushed for
+// the one that gave up: it is flushed in the background.
+func (c *pconn) tokenError(err error) error {
+	if err == net.ErrClosed {
+		return errNotWritten
+	}
+	go c.flushLeftovers()
+	return err
+}
+
+// inlineBody reports whether r's body (nil: none) is written in the
+// caller's goroutine: none, or a replayable one of known length up to
+// maxInlineBody. Any other is written by a goroutine of its own.
+func inlineBody(r *request, body io.ReadCloser) bool {
+	return body == nil || r.req.GetBody != nil && r.req.ContentLength > 0 && r.req.ContentLength <= maxInlineBody
+}
+
+// claimReader decides who reads the answer to a's request: its caller
+// (direct, direct.go) or c's reader goroutine; and whether the request is
+// held until the look at the socket (held, writeHeld). A caller about to
+// read its own answer first checks that nothing came while c rested: if
+// something did (a close, or an answer to nothing), c takes nothing more,
+// so that a is not written (enqueue), and the reader goroutine reads what
+// came and ends the connection. The caller holds the write token.
+func (c *pconn) claimReader(a *attempt, body io.ReadCloser, inline bool) (direct, held bool) {
+	direct = inline && c.claimDirect(a)
 	// A direct request written in one pass with the look at the socket
 	// and the wait for its answer (writeHeld) is looked at there; here,
 	// only what is already read is.
-	held := direct && c.mayHold(a, body)
+	held = direct && c.mayHold(a, body)
 	spoke := held && !c.quietBuffered()
 	if direct && !held {
 		switch {
@@ -485,24 +535,53 @@ func (c *pconn) send(a *attempt) error {
 		// reader goroutine reads it and ends the connection.
 		c.stopWriting()
 		c.handBack(rdReader)
-		direct, held = false, false
+		return false, false
 	}
+	return direct, held
+}
+
+// enqueue appends a to c's fifo before the first byte of its request is
+// written (RFC 9112 §9.2: responses come in the order of the requests),
+// wakes a resting reader goroutine if a's caller does not read the answer
+// itself (direct), and starts the timers a's place calls for: a's header
+// timer if it is the head, the head-of-line timer of the head it is the
+// first behind. It reports false, with a not queued, if c takes no more
+// requests. The caller holds the write token.
+func (c *pconn) enqueue(a *attempt, direct bool) bool {
 	c.mu.Lock()
 	if c.dead || c.noWrite {
 		c.mu.Unlock()
-		if direct {
-			c.handBack(rdReader)
-		}
-		<-c.writeLock
-		if body != nil {
-			if r.req.GetBody != nil {
-				body.Close() // the next attempt gets a fresh copy
-			} else {
-				r.bodyUsed = false // unread: the next attempt reuses it
-			}
-		}
-		return errNotWritten
+		return false
 	}
+	c.joinLocked(a)
+	head := len(c.fifo) == 1
+	var first *attempt // the head, if a is the first request behind it
+	if len(c.fifo) == 2 {
+		first = c.fifo[0]
+	}
+	// A request its caller does not read (direct.go) wakes a resting
+	// reader goroutine: its answer is the reader's to read.
+	wakeReader := !direct && c.rd.Load() == rdFree
+	if wakeReader {
+		c.rd.Store(rdReader)
+	}
+	c.mu.Unlock()
+	if wakeReader {
+		c.wakeReader()
+	}
+	if head {
+		c.armHeaderTimeout(a)
+	} else if first != nil && first.arm.Load() >= 2 {
+		c.holStart(first) // something waits behind the head now
+	}
+	return true
+}
+
+// joinLocked records what a's place on c tells the pool and the reader
+// (the bytes handed to c before it, whether it is pipelined, the timing
+// of its write for the order of answers, when it became the head), and
+// appends a to the fifo. c.mu is held, and the write token: bw is still.
+func (c *pconn) joinLocked(a *attempt) {
 	a.wireOff = c.wc.written() + int64(c.bw.Buffered())
 	a.reused = c.answered > 0 || len(c.fifo) > 0
 	a.behind = len(c.fifo) > 0
@@ -523,8 +602,7 @@ func (c *pconn) send(a *attempt) error {
 	c.lastSent = now
 	c.fifo = append(c.fifo, a)
 	c.notePipelinedLocked()
-	head := len(c.fifo) == 1
-	if head && a.r.pipelineable {
+	if len(c.fifo) == 1 && a.r.pipelineable {
 		// Only a request others may be written behind says what they
 		// would wait for (hostPool.heads): a POST's wait holds its
 		// upload, and nothing follows it before its answer anyway. A
@@ -532,41 +610,23 @@ func (c *pconn) send(a *attempt) error {
 		// when it becomes the head (popHead).
 		a.headAt = now
 	}
-	var first *attempt // the head, if a is the first request behind it
-	if len(c.fifo) == 2 {
-		first = c.fifo[0]
-	}
-	// A request its caller does not read (direct.go) wakes a resting
-	// reader goroutine: its answer is the reader's to read.
-	wakeReader := !direct && c.rd.Load() == rdFree
-	if wakeReader {
-		c.rd.Store(rdReader)
-	}
-	c.mu.Unlock()
-	if wakeReader {
-		c.wakeReader()
-	}
-	if head {
-		c.armHeaderTimeout(a)
-	} else if first != nil && first.arm.Load() >= 2 {
-		c.holStart(first) // something waits behind the head now
-	}
-	if !inline {
-		// Full duplex: the response may come (and be returned) while the
-		// body is still being written, as with net/http.
-		a.writeDone = make(chan struct{})
-		go c.write(a, body, false)
-		return nil
-	}
-	if held {
-		return c.writeHeld(a, body)
-	}
-	c.write(a, body, direct)
+}
+
+// giveBack undoes what send took for a request c will not write: the
+// read turn (direct), the write token, and the body, left for the next
+// attempt (a fresh copy if replayable, else the same body, unread).
+func (c *pconn) giveBack(r *request, body io.ReadCloser, direct bool) {
 	if direct {
-		c.startDirect(a)
-		c.readDirect(a)
+		c.handBack(rdReader)
 	}
-	return nil
+	<-c.writeLock
+	if body != nil {
+		if r.req.GetBody != nil {
+			body.Close() // the next attempt gets a fresh copy
+		} else {
+			r.bodyUsed = false // unread: the next attempt reuses it
+		}
+	}
 }
 
 // write writes a's request, holding the write token, and releases it.
