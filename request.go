@@ -430,29 +430,46 @@ func (a *attempt) abandon() bool {
 // r.req. If waitForContinue is not nil, the head is flushed and the body is
 // written only if waitForContinue reports true (expect.go). lw is the
 // writer's own limitWriter (writeBody), so that none is allocated per body.
-func writeRequest(w *bufio.Writer, lw *limitWriter, r *request, body io.ReadCloser, waitForContinue func() bool) (err error) {
-	req := r.req
+// body, if not nil, is closed on return.
+func writeRequest(w *bufio.Writer, lw *limitWriter, r *request, body io.ReadCloser, waitForContinue func() bool) error {
 	if body != nil {
 		defer body.Close()
 	}
-	host := req.Host
+	host, ruri, err := requestTarget(r)
+	if err != nil {
+		return err
+	}
+	f := frameRequest(r, body)
+	if err := writeHead(w, r, host, ruri, f); err != nil || f.body == nil {
+		return err
+	}
+	return writeRequestBody(w, lw, r, body, f, waitForContinue)
+}
+
+// requestTarget returns the Host field and the request-target of r's
+// request line (RFC 9112 §3.2: absolute-form to a proxy, authority-form
+// for CONNECT, origin-form otherwise), validated as net/http validates
+// them.
+func requestTarget(r *request) (host, ruri string, err error) {
+	req := r.req
+	host = req.Host
 	if host == "" {
 		host = req.URL.Host
 	}
 	host, err = httpguts.PunycodeHostPort(host)
 	if err != nil {
-		return err
+		return "", "", err
 	}
 	if !httpguts.ValidHostHeader(host) {
 		// As net/http (golang/go#61431): never send an altered Host.
 		if r.absoluteURI {
-			return errors.New("http: invalid Host header")
+			return "", "", errors.New("http: invalid Host header")
 		}
 		host = ""
 	}
 	host = removeZone(host)
 
-	ruri := req.URL.RequestURI()
+	ruri = req.URL.RequestURI()
 	if r.absoluteURI && req.URL.Opaque == "" {
 		ruri = req.URL.Scheme + "://" + host + ruri
 	} else if r.method == http.MethodConnect && req.URL.Path == "" {
@@ -462,10 +479,51 @@ func writeRequest(w *bufio.Writer, lw *limitWriter, r *request, body io.ReadClos
 		}
 	}
 	if strings.IndexFunc(ruri, isCTL) >= 0 {
-		return errors.New("net/http: can't write control character in Request.URL")
+		return "", "", errors.New("net/http: can't write control character in Request.URL")
 	}
+	return host, ruri, nil
+}
 
-	trace := r.trace
+// requestFraming is how a request's body goes on the wire (RFC 9112 §6),
+// chosen by frameRequest.
+type requestFraming struct {
+	// body is what is written as the body: the caller's, or probeBody's
+	// reader over it; nil: no body.
+	body io.Reader
+	// cl is the declared length: 0 with no body, -1 if unknown.
+	cl      int64
+	chunked bool // Transfer-Encoding: chunked
+	// flushHead: probeBody waited for the body's first byte, so the head
+	// goes out before the body (golang/go#14315).
+	flushHead bool
+}
+
+// frameRequest chooses the framing of r's body (nil: none), following
+// net/http's transferWriter: an empty body of unknown length on a method
+// that usually lacks one is no body (emptybody.go); an unknown length is
+// chunked, except for CONNECT, whose body is raw.
+func frameRequest(r *request, body io.ReadCloser) requestFraming {
+	req := r.req
+	f := requestFraming{body: body, cl: req.ContentLength}
+	if body != nil && req.ContentLength == 0 && methodUsuallyLacksBody(r.method) {
+		f.body, f.flushHead = probeBody(body)
+	}
+	if f.body == nil {
+		f.cl = 0
+	} else if f.cl == 0 {
+		f.cl = -1 // a body of unknown length
+	}
+	f.chunked = f.body != nil && r.method != http.MethodConnect &&
+		(f.cl < 0 || (len(req.TransferEncoding) > 0 && req.TransferEncoding[0] == "chunked"))
+	return f
+}
+
+// writeHead writes r's head to w: the request line, the Host and
+// User-Agent fields, the body's framing fields (f), the caller's fields,
+// then the transport's own (Connection: close, Accept-Encoding: gzip,
+// Proxy-Authorization), each reported to r's trace as written.
+func writeHead(w *bufio.Writer, r *request, host, ruri string, f requestFraming) error {
+	req, trace := r.req, r.trace
 	w.WriteString(r.method)
 	w.WriteByte(' ')
 	w.WriteString(ruri)
@@ -475,60 +533,72 @@ func writeRequest(w *bufio.Writer, lw *limitWriter, r *request, body io.ReadClos
 	if trace != nil && trace.WroteHeaderField != nil {
 		trace.WroteHeaderField("Host", []string{host})
 	}
-
-	ua := defaultUserAgent
-	if v, ok := req.Header["User-Agent"]; ok {
-		ua = ""
-		if len(v) > 0 {
-			ua = v[0]
-		}
-	}
-	if ua != "" {
+	if ua := userAgent(req.Header); ua != "" {
 		writeField(w, trace, "User-Agent", ua)
 	}
+	writeFramingFields(w, trace, r.method, req.Trailer, f)
+	writeHeaderFields(w, trace, req.Header)
+	if r.closeAfter && !httpguts.HeaderValuesContainsToken(req.Header["Connection"], "close") {
+		writeField(w, trace, "Connection", "close")
+	}
+	if r.addGzip {
+		writeField(w, trace, "Accept-Encoding", "gzip")
+	}
+	if r.proxyAuth != "" {
+		writeField(w, trace, "Proxy-Authorization", r.proxyAuth)
+	}
+	_, err := w.WriteString("\r\n")
+	if trace != nil && trace.WroteHeaders != nil {
+		trace.WroteHeaders()
+	}
+	return err
+}
 
-	// Framing of the body (RFC 9112 §6), following net/http's transferWriter.
-	var bodyR io.Reader = body
-	flushHead := false
-	if body != nil && req.ContentLength == 0 && methodUsuallyLacksBody(r.method) {
-		// emptybody.go: send an empty body of unknown length as no body.
-		bodyR, flushHead = probeBody(body)
-		if bodyR == nil {
-			body = nil // the deferred Close still closes the caller's body
-		}
-	}
-	cl := req.ContentLength
-	if body == nil {
-		cl = 0
-	} else if cl == 0 {
-		cl = -1 // a body of unknown length
-	}
-	chunked := body != nil && r.method != http.MethodConnect &&
-		(cl < 0 || (len(req.TransferEncoding) > 0 && req.TransferEncoding[0] == "chunked"))
+// userAgent is the User-Agent a request with header h sends: the
+// caller's, none if the caller set it empty, else defaultUserAgent.
+func userAgent(h http.Header) string {
+	v, ok := h["User-Agent"]
 	switch {
-	case chunked:
+	case !ok:
+		return defaultUserAgent
+	case len(v) > 0:
+		return v[0]
+	}
+	return ""
+}
+
+// writeFramingFields writes the fields that frame a request's body (f):
+// Transfer-Encoding and Trailer (the trailer's field names, sorted), or
+// Content-Length, which a POST, PUT or PATCH without a body sends as 0.
+func writeFramingFields(w *bufio.Writer, trace *httptrace.ClientTrace, method string, trailer http.Header, f requestFraming) {
+	switch {
+	case f.chunked:
 		writeField(w, trace, "Transfer-Encoding", "chunked")
-		if len(req.Trailer) > 0 {
-			keys := make([]string, 0, len(req.Trailer))
-			for k := range req.Trailer {
+		if len(trailer) > 0 {
+			keys := make([]string, 0, len(trailer))
+			for k := range trailer {
 				keys = append(keys, http.CanonicalHeaderKey(k))
 			}
 			slices.Sort(keys)
 			writeField(w, trace, "Trailer", strings.Join(keys, ","))
 		}
-	case cl > 0 && (trace == nil || trace.WroteHeaderField == nil):
+	case f.cl > 0 && (trace == nil || trace.WroteHeaderField == nil):
 		// The length is written in place, with no string made for it.
 		w.WriteString("Content-Length: ")
-		w.Write(strconv.AppendInt(w.AvailableBuffer(), cl, 10))
+		w.Write(strconv.AppendInt(w.AvailableBuffer(), f.cl, 10))
 		w.WriteString("\r\n")
-	case cl > 0:
-		writeField(w, trace, "Content-Length", strconv.FormatInt(cl, 10))
-	case cl == 0 && (r.method == http.MethodPost || r.method == http.MethodPut || r.method == http.MethodPatch):
+	case f.cl > 0:
+		writeField(w, trace, "Content-Length", strconv.FormatInt(f.cl, 10))
+	case f.cl == 0 && (method == http.MethodPost || method == http.MethodPut || method == http.MethodPatch):
 		// Many servers expect a Content-Length for these methods.
 		writeField(w, trace, "Content-Length", "0")
 	}
+}
 
-	for k, vv := range req.Header {
+// writeHeaderFields writes the caller's header h, but for the fields the
+// transport writes itself (Host, User-Agent and the framing fields).
+func writeHeaderFields(w *bufio.Writer, trace *httptrace.ClientTrace, h http.Header) {
+	for k, vv := range h {
 		switch k {
 		case "Host", "User-Agent", "Content-Length", "Transfer-Encoding", "Trailer":
 			continue
@@ -547,27 +617,17 @@ func writeRequest(w *bufio.Writer, lw *limitWriter, r *request, body io.ReadClos
 		}
 		trace.WroteHeaderField(k, written)
 	}
-	if r.closeAfter && !httpguts.HeaderValuesContainsToken(req.Header["Connection"], "close") {
-		writeField(w, trace, "Connection", "close")
-	}
-	if r.addGzip {
-		writeField(w, trace, "Accept-Encoding", "gzip")
-	}
-	if r.proxyAuth != "" {
-		writeField(w, trace, "Proxy-Authorization", r.proxyAuth)
-	}
-	_, err = w.WriteString("\r\n")
-	if trace != nil && trace.WroteHeaders != nil {
-		trace.WroteHeaders()
-	}
-	if err != nil || body == nil {
-		return err
-	}
+}
+
+// writeRequestBody writes r's body after its head, framed by f. The head
+// goes out first if the body may block (below) or if waitForContinue (not
+// nil) is to decide whether the body is sent at all (expect.go).
+func writeRequestBody(w *bufio.Writer, lw *limitWriter, r *request, body io.ReadCloser, f requestFraming, waitForContinue func() bool) error {
 	// As net/http (transferWriter.FlushHeaders, golang/go#22088): a body
 	// not already in memory may block until its caller has read some of
 	// the response (a pipe of a full-duplex exchange), so the head goes
 	// out before it is copied; one in memory goes out with it.
-	if flushHead || !inMemory(body) {
+	if f.flushHead || !inMemory(body) {
 		if err := w.Flush(); err != nil {
 			return err
 		}
@@ -576,14 +636,14 @@ func writeRequest(w *bufio.Writer, lw *limitWriter, r *request, body io.ReadClos
 		if err := w.Flush(); err != nil {
 			return err
 		}
-		if trace != nil && trace.Wait100Continue != nil {
-			trace.Wait100Continue()
+		if t := r.trace; t != nil && t.Wait100Continue != nil {
+			t.Wait100Continue()
 		}
 		if !waitForContinue() {
-			return nil // the deferred Close releases the body
+			return nil // writeRequest's deferred Close releases the body
 		}
 	}
-	return writeBody(w, lw, req, bodyR, cl, chunked)
+	return writeBody(w, lw, r.req, f.body, f.cl, f.chunked)
 }
 
 // requestBodyError wraps an error returned by the caller's request body, to
