@@ -633,43 +633,103 @@ func (c *pconn) giveBack(r *request, body io.ReadCloser, direct bool) {
 // direct: a's caller holds the read turn (direct.go), to read the answer
 // once the request is written.
 func (c *pconn) write(a *attempt, body io.ReadCloser, direct bool) {
-	r := a.r
 	var cancelled bool
-	stop := noStop
-	var deadline bool
-	if r.ctx.Done() != nil { // a context that can never be cancelled needs no watch
-		if body != nil && !smallBody(r) || r.method == http.MethodConnect {
-			stop = context.AfterFunc(r.ctx, func() {
-				c.wdMu.Lock()
-				cancelled = true
-				c.conn.SetWriteDeadline(aLongTimeAgo)
-				c.wdMu.Unlock()
-			})
-		} else if dl, ok := r.ctx.Deadline(); ok {
-			// A request head, alone or with a small body, fits in the
-			// socket buffer unless the server has stopped reading: bound
-			// it by the context's deadline rather than watch the context,
-			// which costs more than the write (an AfterFunc registers with
-			// the parent). A cancellation meanwhile is seen by await,
-			// which closes the connection if nobody wants its answer.
-			c.conn.SetWriteDeadline(dl)
-			deadline = true
+	stop, deadline := c.watchWrite(a.r, body, &cancelled)
+	tunnel, body := tunnelBody(a.r, body)
+	werr, deferFlush := c.writeOut(a, body, tunnel != nil)
+	if deadline {
+		c.conn.SetWriteDeadline(time.Time{})
+	}
+	<-c.writeLock
+	if werr == nil && deferFlush {
+		werr = c.flushSoon()
+	}
+	c.stopWriteWatch(stop, &cancelled, werr)
+	a.written.Store(werr == nil)
+	if a.writeDone != nil {
+		close(a.writeDone)
+	}
+	if werr != nil {
+		c.writeFailed(a, werr, tunnel)
+		return
+	}
+	if tunnel != nil {
+		go c.copyTunnel(tunnel)
+	}
+	c.observeWritten(a, direct)
+	c.armHeaderTimeout(a)
+}
+
+// watchWrite bounds the write of r's request (body: its body, nil for
+// none) by r's context, if that can end. A body that is not small, or a
+// CONNECT, is watched (context.AfterFunc): a cancellation sets *cancelled
+// and a past write deadline, under wdMu. A request head, alone or with a
+// small body, has the context's deadline, if any, as its write deadline
+// instead (deadline: to be cleared once written). stop stops the watch.
+func (c *pconn) watchWrite(r *request, body io.ReadCloser, cancelled *bool) (stop func() bool, deadline bool) {
+	if r.ctx.Done() == nil { // a context that can never be cancelled needs no watch
+		return noStop, false
+	}
+	if body != nil && !smallBody(r) || r.method == http.MethodConnect {
+		return context.AfterFunc(r.ctx, func() {
+			c.wdMu.Lock()
+			*cancelled = true
+			c.conn.SetWriteDeadline(aLongTimeAgo)
+			c.wdMu.Unlock()
+		}), false
+	}
+	if dl, ok := r.ctx.Deadline(); ok {
+		// A request head, alone or with a small body, fits in the
+		// socket buffer unless the server has stopped reading: bound
+		// it by the context's deadline rather than watch the context,
+		// which costs more than the write (an AfterFunc registers with
+		// the parent). A cancellation meanwhile is seen by await,
+		// which closes the connection if nobody wants its answer.
+		c.conn.SetWriteDeadline(dl)
+		return noStop, true
+	}
+	return noStop, false
+}
+
+// stopWriteWatch stops watchWrite's watch (stop). A cancellation that
+// came while a write went through anyway leaves no past deadline behind:
+// the request is written, and its answer is read.
+func (c *pconn) stopWriteWatch(stop func() bool, cancelled *bool, werr error) {
+	if !stop() {
+		c.wdMu.Lock()
+		if *cancelled && werr == nil {
+			c.conn.SetWriteDeadline(time.Time{})
 		}
+		c.wdMu.Unlock()
 	}
-	var tunnel io.ReadCloser
+}
+
+// tunnelBody splits off the body of a user CONNECT (tunnel), which
+// streams both ways (golang/go#17227): it is copied raw, as written,
+// after the head and while the response is read (copyTunnel), and
+// nothing else is ever written on the connection. Any other body is
+// returned as rest.
+func tunnelBody(r *request, body io.ReadCloser) (tunnel, rest io.ReadCloser) {
 	if r.method == http.MethodConnect && body != nil && r.req.ContentLength <= 0 {
-		// A user CONNECT streams both ways (golang/go#17227): the body is
-		// copied raw, as written, after the head and while the response is
-		// read. Nothing else is ever written on this connection.
-		tunnel, body = body, nil
+		return body, nil
 	}
+	return nil, body
+}
+
+// writeOut writes a's request into bw, running the hooks told of the
+// write with c held (hooked), and flushes it at once unless it is to be
+// flushed with the requests of the writers queued behind it (deferFlush:
+// flushSoon, once the write token is released). tunnel: a CONNECT's
+// body follows (tunnelBody). The write token is held.
+func (c *pconn) writeOut(a *attempt, body io.ReadCloser, tunnel bool) (werr error, deferFlush bool) {
+	r := a.r
 	// The hooks told of the write run with the write token held: the
 	// connection is held meanwhile (hooked).
 	hold := writeHooked(r.trace)
 	if hold {
 		c.ev.hold(c, true)
 	}
-	werr := writeRequest(c.bw, &c.lw, r, body, c.waitForContinue(a))
+	werr = writeRequest(c.bw, &c.lw, r, body, c.waitForContinue(a))
 	if a.together {
 		a.wireEnd.Store(c.wc.written() + int64(c.bw.Buffered()))
 	}
@@ -685,37 +745,11 @@ func (c *pconn) write(a *attempt, body io.ReadCloser, direct bool) {
 	// queue up behind one another (see flushSoon); others at once.
 	// A connection that is not pipelining has nothing to coalesce: flush
 	// now, under the token already held.
-	deferFlush := r.pipelineable && !a.alone && tunnel == nil && c.t.depth > 1 && c.pipelining()
+	deferFlush = r.pipelineable && !a.alone && !tunnel && c.t.depth > 1 && c.pipelining()
 	if werr == nil && !deferFlush {
 		werr = c.bw.Flush()
 	}
-	if deadline {
-		c.conn.SetWriteDeadline(time.Time{})
-	}
-	<-c.writeLock
-	if werr == nil && deferFlush {
-		werr = c.flushSoon()
-	}
-	if !stop() {
-		c.wdMu.Lock()
-		if cancelled && werr == nil {
-			c.conn.SetWriteDeadline(time.Time{})
-		}
-		c.wdMu.Unlock()
-	}
-	a.written.Store(werr == nil)
-	if a.writeDone != nil {
-		close(a.writeDone)
-	}
-	if werr != nil {
-		c.writeFailed(a, werr, tunnel)
-		return
-	}
-	if tunnel != nil {
-		go c.copyTunnel(tunnel)
-	}
-	c.observeWritten(a, direct)
-	c.armHeaderTimeout(a)
+	return werr, deferFlush
 }
 
 // writeHooked reports whether trace has a hook told of a request's write
