@@ -633,8 +633,7 @@ func (c *pconn) giveBack(r *request, body io.ReadCloser, direct bool) {
 // direct: a's caller holds the read turn (direct.go), to read the answer
 // once the request is written.
 func (c *pconn) write(a *attempt, body io.ReadCloser, direct bool) {
-	var cancelled bool
-	stop, deadline := c.watchWrite(a.r, body, &cancelled)
+	stop, cancelled, deadline := c.watchWrite(a.r, body)
 	tunnel, body := tunnelBody(a.r, body)
 	werr, deferFlush := c.writeOut(a, body, tunnel != nil)
 	if deadline {
@@ -644,7 +643,7 @@ func (c *pconn) write(a *attempt, body io.ReadCloser, direct bool) {
 	if werr == nil && deferFlush {
 		werr = c.flushSoon()
 	}
-	c.stopWriteWatch(stop, &cancelled, werr)
+	c.stopWriteWatch(stop, cancelled, werr)
 	a.written.Store(werr == nil)
 	if a.writeDone != nil {
 		close(a.writeDone)
@@ -663,20 +662,23 @@ func (c *pconn) write(a *attempt, body io.ReadCloser, direct bool) {
 // watchWrite bounds the write of r's request (body: its body, nil for
 // none) by r's context, if that can end. A body that is not small, or a
 // CONNECT, is watched (context.AfterFunc): a cancellation sets *cancelled
-// and a past write deadline, under wdMu. A request head, alone or with a
-// small body, has the context's deadline, if any, as its write deadline
-// instead (deadline: to be cleared once written). stop stops the watch.
-func (c *pconn) watchWrite(r *request, body io.ReadCloser, cancelled *bool) (stop func() bool, deadline bool) {
+// and a past write deadline, under wdMu (cancelled is nil, and allocates
+// nothing, for a write that is not watched). A request head, alone or
+// with a small body, has the context's deadline, if any, as its write
+// deadline instead (deadline: to be cleared once written). stop stops
+// the watch.
+func (c *pconn) watchWrite(r *request, body io.ReadCloser) (stop func() bool, cancelled *bool, deadline bool) {
 	if r.ctx.Done() == nil { // a context that can never be cancelled needs no watch
-		return noStop, false
+		return noStop, nil, false
 	}
 	if body != nil && !smallBody(r) || r.method == http.MethodConnect {
+		flag := new(bool)
 		return context.AfterFunc(r.ctx, func() {
 			c.wdMu.Lock()
-			*cancelled = true
+			*flag = true
 			c.conn.SetWriteDeadline(aLongTimeAgo)
 			c.wdMu.Unlock()
-		}), false
+		}), flag, false
 	}
 	if dl, ok := r.ctx.Deadline(); ok {
 		// A request head, alone or with a small body, fits in the
@@ -686,14 +688,15 @@ func (c *pconn) watchWrite(r *request, body io.ReadCloser, cancelled *bool) (sto
 		// the parent). A cancellation meanwhile is seen by await,
 		// which closes the connection if nobody wants its answer.
 		c.conn.SetWriteDeadline(dl)
-		return noStop, true
+		return noStop, nil, true
 	}
-	return noStop, false
+	return noStop, nil, false
 }
 
-// stopWriteWatch stops watchWrite's watch (stop). A cancellation that
-// came while a write went through anyway leaves no past deadline behind:
-// the request is written, and its answer is read.
+// stopWriteWatch stops watchWrite's watch (stop; cancelled is not nil
+// where stop can report false). A cancellation that came while a write
+// went through anyway leaves no past deadline behind: the request is
+// written, and its answer is read.
 func (c *pconn) stopWriteWatch(stop func() bool, cancelled *bool, werr error) {
 	if !stop() {
 		c.wdMu.Lock()
