@@ -433,7 +433,7 @@ var aLongTimeAgo = time.Unix(1, 0)
 const maxInlineBody = 64 << 10
 
 // maxSmallBody is the largest request body written with no watch on the
-// request's context (pconn.write): with its head, it fits in any socket
+// request's context (watchWrite): with its head, it fits in any socket
 // send buffer that holds no unread requests of ours.
 const maxSmallBody = 4 << 10
 

@@ -425,8 +425,8 @@ type attemptRead struct {
 	// 204, 304), set before the reader reports the response done.
 	noBody bool
 	// headersRead: final response headers parsed; set under pconn.mu, and
-	// read under it (fail, dropIfUnwanted) or by the head-of-line timer
-	// under holGuard.mu.
+	// read under it (fail, dropIfUnwanted, the head-of-line timer,
+	// probeLost).
 	headersRead bool
 }
 
