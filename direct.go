@@ -474,8 +474,8 @@ func (c *pconn) dropHeld() {
 
 // unsendHeld undoes writeHeld when the socket was not quiet, or could not
 // be looked at (closed, or a's context cancelled): nothing of a's request
-// reached it. As in send, the connection takes no more requests and its
-// reader goroutine reads what came; a goes elsewhere (errNotWritten), or
+// reached it. As in claimReader, the connection takes no more requests and
+// its reader goroutine reads what came; a goes elsewhere (errNotWritten), or
 // has its outcome already if the connection failed meanwhile.
 func (c *pconn) unsendHeld(a *attempt) error {
 	c.dropHeld()

@@ -433,7 +433,7 @@ var aLongTimeAgo = time.Unix(1, 0)
 const maxInlineBody = 64 << 10
 
 // maxSmallBody is the largest request body written with no watch on the
-// request's context (pconn.write): with its head, it fits in any socket
+// request's context (watchWrite): with its head, it fits in any socket
 // send buffer that holds no unread requests of ours.
 const maxSmallBody = 4 << 10
 
@@ -446,15 +446,15 @@ func smallBody(r *request) bool {
 // send writes a's request on c. It returns a non-nil error only when
 // nothing of the request was written (errNotWritten, or the context's
 // error); otherwise the outcome is delivered to a (attempt.deliver).
+//
+// In order: the write token (takeWriteToken), the body, who reads the
+// answer (claimReader), a's place in the fifo (enqueue), then the write:
+// inline, held until the look at the socket (writeHeld), or by a
+// goroutine of its own while the answer is read (full duplex).
 func (c *pconn) send(a *attempt) error {
 	r := a.r
 	if err := c.takeWriteToken(r.ctx); err != nil {
-		if err == net.ErrClosed {
-			return errNotWritten
-		}
-		// An earlier writer may have left its request unflushed for us.
-		go c.flushLeftovers()
-		return err
+		return c.tokenError(err)
 	}
 	body, err := r.body()
 	if err != nil {
@@ -463,12 +463,62 @@ func (c *pconn) send(a *attempt) error {
 		a.deliver(result{err: err})
 		return nil
 	}
-	inline := body == nil || r.req.GetBody != nil && r.req.ContentLength > 0 && r.req.ContentLength <= maxInlineBody
-	direct := inline && c.claimDirect(a)
+	inline := inlineBody(r, body)
+	direct, held := c.claimReader(a, body, inline)
+	if !c.enqueue(a, direct) {
+		c.giveBack(r, body, direct)
+		return errNotWritten
+	}
+	if !inline {
+		// Full duplex: the response may come (and be returned) while the
+		// body is still being written, as with net/http.
+		a.writeDone = make(chan struct{})
+		go c.write(a, body, false)
+		return nil
+	}
+	if held {
+		return c.writeHeld(a, body)
+	}
+	c.write(a, body, direct)
+	if direct {
+		c.startDirect(a)
+		c.readDirect(a)
+	}
+	return nil
+}
+
+// tokenError is send's error when the write token could not be taken
+// (takeWriteToken's err): errNotWritten if c closed, else the context's
+// cause. An earlier writer may then have left its request unflushed for
+// the one that gave up: it is flushed in the background.
+func (c *pconn) tokenError(err error) error {
+	if err == net.ErrClosed {
+		return errNotWritten
+	}
+	go c.flushLeftovers()
+	return err
+}
+
+// inlineBody reports whether r's body (nil: none) is written in the
+// caller's goroutine: none, or a replayable one of known length up to
+// maxInlineBody. Any other is written by a goroutine of its own.
+func inlineBody(r *request, body io.ReadCloser) bool {
+	return body == nil || r.req.GetBody != nil && r.req.ContentLength > 0 && r.req.ContentLength <= maxInlineBody
+}
+
+// claimReader decides who reads the answer to a's request: its caller
+// (direct, direct.go) or c's reader goroutine; and whether the request is
+// held until the look at the socket (held, writeHeld). A caller about to
+// read its own answer first checks that nothing came while c rested: if
+// something did (a close, or an answer to nothing), c takes nothing more,
+// so that a is not written (enqueue), and the reader goroutine reads what
+// came and ends the connection. The caller holds the write token.
+func (c *pconn) claimReader(a *attempt, body io.ReadCloser, inline bool) (direct, held bool) {
+	direct = inline && c.claimDirect(a)
 	// A direct request written in one pass with the look at the socket
 	// and the wait for its answer (writeHeld) is looked at there; here,
 	// only what is already read is.
-	held := direct && c.mayHold(a, body)
+	held = direct && c.mayHold(a, body)
 	spoke := held && !c.quietBuffered()
 	if direct && !held {
 		switch {
@@ -485,24 +535,53 @@ func (c *pconn) send(a *attempt) error {
 		// reader goroutine reads it and ends the connection.
 		c.stopWriting()
 		c.handBack(rdReader)
-		direct, held = false, false
+		return false, false
 	}
+	return direct, held
+}
+
+// enqueue appends a to c's fifo before the first byte of its request is
+// written (RFC 9112 §9.2: responses come in the order of the requests),
+// wakes a resting reader goroutine if a's caller does not read the answer
+// itself (direct), and starts the timers a's place calls for: a's header
+// timer if it is the head, the head-of-line timer of the head it is the
+// first behind. It reports false, with a not queued, if c takes no more
+// requests. The caller holds the write token.
+func (c *pconn) enqueue(a *attempt, direct bool) bool {
 	c.mu.Lock()
 	if c.dead || c.noWrite {
 		c.mu.Unlock()
-		if direct {
-			c.handBack(rdReader)
-		}
-		<-c.writeLock
-		if body != nil {
-			if r.req.GetBody != nil {
-				body.Close() // the next attempt gets a fresh copy
-			} else {
-				r.bodyUsed = false // unread: the next attempt reuses it
-			}
-		}
-		return errNotWritten
+		return false
 	}
+	c.joinLocked(a)
+	head := len(c.fifo) == 1
+	var first *attempt // the head, if a is the first request behind it
+	if len(c.fifo) == 2 {
+		first = c.fifo[0]
+	}
+	// A request its caller does not read (direct.go) wakes a resting
+	// reader goroutine: its answer is the reader's to read.
+	wakeReader := !direct && c.rd.Load() == rdFree
+	if wakeReader {
+		c.rd.Store(rdReader)
+	}
+	c.mu.Unlock()
+	if wakeReader {
+		c.wakeReader()
+	}
+	if head {
+		c.armHeaderTimeout(a)
+	} else if first != nil && first.arm.Load() >= 2 {
+		c.holStart(first) // something waits behind the head now
+	}
+	return true
+}
+
+// joinLocked records what a's place on c tells the pool and the reader
+// (the bytes handed to c before it, whether it is pipelined, the timing
+// of its write for the order of answers, when it became the head), and
+// appends a to the fifo. c.mu is held, and the write token: bw is still.
+func (c *pconn) joinLocked(a *attempt) {
 	a.wireOff = c.wc.written() + int64(c.bw.Buffered())
 	a.reused = c.answered > 0 || len(c.fifo) > 0
 	a.behind = len(c.fifo) > 0
@@ -523,8 +602,7 @@ func (c *pconn) send(a *attempt) error {
 	c.lastSent = now
 	c.fifo = append(c.fifo, a)
 	c.notePipelinedLocked()
-	head := len(c.fifo) == 1
-	if head && a.r.pipelineable {
+	if len(c.fifo) == 1 && a.r.pipelineable {
 		// Only a request others may be written behind says what they
 		// would wait for (hostPool.heads): a POST's wait holds its
 		// upload, and nothing follows it before its answer anyway. A
@@ -532,84 +610,129 @@ func (c *pconn) send(a *attempt) error {
 		// when it becomes the head (popHead).
 		a.headAt = now
 	}
-	var first *attempt // the head, if a is the first request behind it
-	if len(c.fifo) == 2 {
-		first = c.fifo[0]
-	}
-	// A request its caller does not read (direct.go) wakes a resting
-	// reader goroutine: its answer is the reader's to read.
-	wakeReader := !direct && c.rd.Load() == rdFree
-	if wakeReader {
-		c.rd.Store(rdReader)
-	}
-	c.mu.Unlock()
-	if wakeReader {
-		c.wakeReader()
-	}
-	if head {
-		c.armHeaderTimeout(a)
-	} else if first != nil && first.arm.Load() >= 2 {
-		c.holStart(first) // something waits behind the head now
-	}
-	if !inline {
-		// Full duplex: the response may come (and be returned) while the
-		// body is still being written, as with net/http.
-		a.writeDone = make(chan struct{})
-		go c.write(a, body, false)
-		return nil
-	}
-	if held {
-		return c.writeHeld(a, body)
-	}
-	c.write(a, body, direct)
+}
+
+// giveBack undoes what send took for a request c will not write: the
+// read turn (direct), the write token, and the body, left for the next
+// attempt (a fresh copy if replayable, else the same body, unread).
+func (c *pconn) giveBack(r *request, body io.ReadCloser, direct bool) {
 	if direct {
-		c.startDirect(a)
-		c.readDirect(a)
+		c.handBack(rdReader)
 	}
-	return nil
+	<-c.writeLock
+	if body != nil {
+		if r.req.GetBody != nil {
+			body.Close() // the next attempt gets a fresh copy
+		} else {
+			r.bodyUsed = false // unread: the next attempt reuses it
+		}
+	}
 }
 
 // write writes a's request, holding the write token, and releases it.
 // direct: a's caller holds the read turn (direct.go), to read the answer
 // once the request is written.
 func (c *pconn) write(a *attempt, body io.ReadCloser, direct bool) {
-	r := a.r
-	var cancelled bool
-	stop := noStop
-	var deadline bool
-	if r.ctx.Done() != nil { // a context that can never be cancelled needs no watch
-		if body != nil && !smallBody(r) || r.method == http.MethodConnect {
-			stop = context.AfterFunc(r.ctx, func() {
-				c.wdMu.Lock()
-				cancelled = true
-				c.conn.SetWriteDeadline(aLongTimeAgo)
-				c.wdMu.Unlock()
-			})
-		} else if dl, ok := r.ctx.Deadline(); ok {
-			// A request head, alone or with a small body, fits in the
-			// socket buffer unless the server has stopped reading: bound
-			// it by the context's deadline rather than watch the context,
-			// which costs more than the write (an AfterFunc registers with
-			// the parent). A cancellation meanwhile is seen by await,
-			// which closes the connection if nobody wants its answer.
-			c.conn.SetWriteDeadline(dl)
-			deadline = true
+	stop, cancelled, deadline := c.watchWrite(a.r, body)
+	tunnel, body := tunnelBody(a.r, body)
+	werr, deferFlush := c.writeOut(a, body, tunnel != nil)
+	if deadline {
+		c.conn.SetWriteDeadline(time.Time{})
+	}
+	<-c.writeLock
+	if werr == nil && deferFlush {
+		werr = c.flushSoon()
+	}
+	c.stopWriteWatch(stop, cancelled, werr)
+	a.written.Store(werr == nil)
+	if a.writeDone != nil {
+		close(a.writeDone)
+	}
+	if werr != nil {
+		c.writeFailed(a, werr, tunnel)
+		return
+	}
+	if tunnel != nil {
+		go c.copyTunnel(tunnel)
+	}
+	c.observeWritten(a, direct)
+	c.armHeaderTimeout(a)
+}
+
+// watchWrite bounds the write of r's request (body: its body, nil for
+// none) by r's context, if that can end. A body that is not small, or a
+// CONNECT, is watched (context.AfterFunc): a cancellation sets *cancelled
+// and a past write deadline, under wdMu (cancelled is nil, and allocates
+// nothing, for a write that is not watched). A request head, alone or
+// with a small body, has the context's deadline, if any, as its write
+// deadline instead (deadline: to be cleared once written). stop stops
+// the watch.
+func (c *pconn) watchWrite(r *request, body io.ReadCloser) (stop func() bool, cancelled *bool, deadline bool) {
+	if r.ctx.Done() == nil { // a context that can never be cancelled needs no watch
+		return noStop, nil, false
+	}
+	if body != nil && !smallBody(r) || r.method == http.MethodConnect {
+		flag := new(bool)
+		return context.AfterFunc(r.ctx, func() {
+			c.wdMu.Lock()
+			*flag = true
+			c.conn.SetWriteDeadline(aLongTimeAgo)
+			c.wdMu.Unlock()
+		}), flag, false
+	}
+	if dl, ok := r.ctx.Deadline(); ok {
+		// A request head, alone or with a small body, fits in the
+		// socket buffer unless the server has stopped reading: bound
+		// it by the context's deadline rather than watch the context,
+		// which costs more than the write (an AfterFunc registers with
+		// the parent). A cancellation meanwhile is seen by await,
+		// which closes the connection if nobody wants its answer.
+		c.conn.SetWriteDeadline(dl)
+		return noStop, nil, true
+	}
+	return noStop, nil, false
+}
+
+// stopWriteWatch stops watchWrite's watch (stop; cancelled is not nil
+// where stop can report false). A cancellation that came while a write
+// went through anyway leaves no past deadline behind: the request is
+// written, and its answer is read.
+func (c *pconn) stopWriteWatch(stop func() bool, cancelled *bool, werr error) {
+	if !stop() {
+		c.wdMu.Lock()
+		if *cancelled && werr == nil {
+			c.conn.SetWriteDeadline(time.Time{})
 		}
+		c.wdMu.Unlock()
 	}
-	var tunnel io.ReadCloser
+}
+
+// tunnelBody splits off the body of a user CONNECT (tunnel), which
+// streams both ways (golang/go#17227): it is copied raw, as written,
+// after the head and while the response is read (copyTunnel), and
+// nothing else is ever written on the connection. Any other body is
+// returned as rest.
+func tunnelBody(r *request, body io.ReadCloser) (tunnel, rest io.ReadCloser) {
 	if r.method == http.MethodConnect && body != nil && r.req.ContentLength <= 0 {
-		// A user CONNECT streams both ways (golang/go#17227): the body is
-		// copied raw, as written, after the head and while the response is
-		// read. Nothing else is ever written on this connection.
-		tunnel, body = body, nil
+		return body, nil
 	}
+	return nil, body
+}
+
+// writeOut writes a's request into bw, running the hooks told of the
+// write with c held (hooked), and flushes it at once unless it is to be
+// flushed with the requests of the writers queued behind it (deferFlush:
+// flushSoon, once the write token is released). tunnel: a CONNECT's
+// body follows (tunnelBody). The write token is held.
+func (c *pconn) writeOut(a *attempt, body io.ReadCloser, tunnel bool) (werr error, deferFlush bool) {
+	r := a.r
 	// The hooks told of the write run with the write token held: the
 	// connection is held meanwhile (hooked).
 	hold := writeHooked(r.trace)
 	if hold {
 		c.ev.hold(c, true)
 	}
-	werr := writeRequest(c.bw, &c.lw, r, body, c.waitForContinue(a))
+	werr = writeRequest(c.bw, &c.lw, r, body, c.waitForContinue(a))
 	if a.together {
 		a.wireEnd.Store(c.wc.written() + int64(c.bw.Buffered()))
 	}
@@ -625,37 +748,11 @@ func (c *pconn) write(a *attempt, body io.ReadCloser, direct bool) {
 	// queue up behind one another (see flushSoon); others at once.
 	// A connection that is not pipelining has nothing to coalesce: flush
 	// now, under the token already held.
-	deferFlush := r.pipelineable && !a.alone && tunnel == nil && c.t.depth > 1 && c.pipelining()
+	deferFlush = r.pipelineable && !a.alone && !tunnel && c.t.depth > 1 && c.pipelining()
 	if werr == nil && !deferFlush {
 		werr = c.bw.Flush()
 	}
-	if deadline {
-		c.conn.SetWriteDeadline(time.Time{})
-	}
-	<-c.writeLock
-	if werr == nil && deferFlush {
-		werr = c.flushSoon()
-	}
-	if !stop() {
-		c.wdMu.Lock()
-		if cancelled && werr == nil {
-			c.conn.SetWriteDeadline(time.Time{})
-		}
-		c.wdMu.Unlock()
-	}
-	a.written.Store(werr == nil)
-	if a.writeDone != nil {
-		close(a.writeDone)
-	}
-	if werr != nil {
-		c.writeFailed(a, werr, tunnel)
-		return
-	}
-	if tunnel != nil {
-		go c.copyTunnel(tunnel)
-	}
-	c.observeWritten(a, direct)
-	c.armHeaderTimeout(a)
+	return werr, deferFlush
 }
 
 // writeHooked reports whether trace has a hook told of a request's write

@@ -316,7 +316,7 @@ func TestPoolLearnsFromPlace(t *testing.T) {
 			c := &pconn{t: tr}
 			c.s.served, c.s.assigned, c.s.inflight = tt.served, tt.assigned, tt.assigned-tt.served
 			c.s.kaFirstMax = tt.firstMax
-			a := &attempt{r: &request{pipelineable: true}, place: tt.place, ka: tt.ka}
+			a := &attempt{r: &request{pipelineable: true}, attemptRead: attemptRead{place: tt.place, ka: tt.ka}}
 			p.mu.Lock()
 			p.gotHeadersLocked(c, a, tt.closing)
 			budget, kaLimit := p.model.budget.n, c.s.kaLimit
@@ -341,7 +341,7 @@ func TestPoolStreamingMarkOwnResponse(t *testing.T) {
 		c := &pconn{t: tr}
 		c.s.assigned, c.s.inflight, c.s.active = 2, 2, true
 		p.streaming(c, &attempt{}) // a body on c became a stream: a's, or the next answer's
-		a := &attempt{r: &request{pipelineable: true}, place: 1, streamed: streamed}
+		a := &attempt{r: &request{pipelineable: true}, attemptRead: attemptRead{place: 1}, attemptStream: attemptStream{streamed: streamed}}
 		p.responseDone(c, a, false, true, false)
 		p.mu.Lock()
 		got := c.s.streaming

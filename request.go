@@ -221,11 +221,50 @@ func (a *attempt) probing() bool { return a.probeAfter > 0 && a.behind }
 // caller sent later. This is the one place the rule is decided.
 func mayDuplicate(r *request) bool { return r.safe }
 
-// attempt is one sending of a request on one connection.
+// attempt is one sending of a request on one connection. Its state is in
+// parts, each written by one goroutine or under one lock, named in its
+// comment with what reads it (docs/design.md, "The attempt's parts"); a
+// field with a second writer says so, and what makes that safe.
 type attempt struct {
-	r *request
+	r *request // set by newAttempt, read-only after
+	// c is a's connection, set by the pool under hostPool.mu when it
+	// assigns one (assignLocked); read by a's caller once placed, and by
+	// the Observer's reports.
 	c *pconn
 
+	attemptCaller
+	attemptPlace
+	attemptPool
+	attemptOutcome
+	attemptWrite
+	attemptHeaderTimer
+	attemptContinue
+	attemptRead
+	attemptStream
+
+	// wait is a's place in its pool's queue (scheduler.go, place), written
+	// under hostPool.mu by place and by whoever dispatches a connection to
+	// it (dispatchLocked).
+	wait waiter
+}
+
+// attemptCaller is written by a's caller's goroutine (roundTripAttempts,
+// acquire) before a is placed, with no lock: nobody else has a yet. Read
+// by that goroutine, and by the Observer's reports it makes.
+type attemptCaller struct {
+	queuedAt  monoTime
+	n         int32       // 1 for the first attempt
+	cause     ResendCause // why this attempt is sent
+	askedConn bool        // GetConn fired (once per attempt, whatever the pool)
+}
+
+// attemptPlace is written when a is placed, before its caller has the
+// connection: by the caller's goroutine in place, under hostPool.mu (alone
+// first by newAttempt), and by the pool when it assigns a connection
+// (assignLocked, under hostPool.mu, in whichever goroutine dispatches
+// it). Read-only once a's caller has the connection: the connection
+// (writer, reader, head-of-line timer) reads it without a lock.
+type attemptPlace struct {
 	// holAfter is how long a may wait at the head of its connection before
 	// the safe requests behind it are re-sent elsewhere, set by the pool
 	// when it places a (model.go, hostModel.earlyAfter); 0: HeadOfLineTimeout.
@@ -236,136 +275,182 @@ type attempt struct {
 	// elsewhere (model.go, hostModel.probeWait). Set by the pool when it
 	// places a; 0 otherwise.
 	probeAfter time.Duration
-
-	// For the Observer (observer_report.go).
-	n                int32       // 1 for the first attempt
-	inflightAtAssign int32       // set under hostPool.mu by assignLocked
-	cause            ResendCause // why this attempt is sent
-	activated        bool        // the assignment made the connection active
-	// heldAtAssign: the assignment holds its connection (sched.held)
-	// until the hooks told of it (GotConn, ConnActive, RequestAssigned)
-	// have run, so that a request one sends does not wait behind a's
-	// place, unwritten (roundTripAttempts). Set by assignLocked under
-	// hostPool.mu, cleared by a's caller.
-	heldAtAssign bool
-
-	// alone: written alone on its connection: a retry (RFC 9112 §9.3.2),
-	// or a request whose class streams or is late (then toStream too for
-	// a stream: a chunked answer is a stream from its head). Set before
-	// it is placed.
-	alone, toStream bool
-	// follow: whether requests may be written behind it, from its class
-	// (model.go); set under hostPool.mu when it is placed.
-	follow    followVerdict
-	askedConn bool // GetConn fired (once per attempt, whatever the pool)
-	hedged    bool // a copy of it was sent (hostPool.lateHead); under hostPool.mu
-
-	queuedAt monoTime
-
-	out   result       // the outcome, written by deliver before it signals r.sig
-	state atomic.Int32 // attemptWaiting → attemptDelivered | attemptAbandoned
-
-	// Set under pconn.mu when the attempt joins the connection's fifo.
-	wireOff int64    // bytes handed to the connection before this request's first byte
-	reused  bool     // the connection had answered a response, or others were in flight
-	behind  bool     // others were in flight: the request was pipelined
-	sentAt  monoTime // for a pipelined request, when it joined the fifo
-
-	// Set by the reader for a pipelined request when its headers arrive
-	// (timed): how long after the response ahead of it ended (gap), and
-	// how long after the request joined the fifo that one ended (shadow;
-	// model.go, serviceOrder).
-	gap, shadow time.Duration
-	// writeGap is how long after the request ahead of it a pipelined
-	// request joined the fifo, set by send under pconn.mu.
-	writeGap time.Duration
-	// headAt is when it became the oldest unanswered request on its
-	// connection (written with nothing ahead, or the answer ahead read),
-	// set under pconn.mu; headWait is how long after that its headers
-	// came, set by the reader before it reports the response done
-	// (headWaits.note, in hostPool.responseDone).
-	headAt   monoTime
-	headWait time.Duration
-	// ka is the Keep-Alive hint of the response, if it had one, set by the
-	// reader before it reports the headers.
-	ka *keepAliveHint
-	// tentative: its answer is chunked (bodyStream.tentative), set by the
-	// reader before it reports the headers. heldTentative: the pool took
-	// the answer's connection for a stream's while it was read from the
-	// network (hostPool.tentative), set and read under hostPool.mu.
-	tentative, heldTentative bool
-	// streamAtHead: its answer is a stream from its head, set by the
-	// reader before it reports the headers: server-sent events, or a
-	// body it will not read whole (longer than maxBufferedBody, or until
-	// the connection closes). The pool places nothing behind it from its
-	// head on, not from its first read from the network (streamed).
-	streamAtHead bool
-	// events: its answer is a stream of events, server-sent events or a
-	// chunked body of which nothing came for streamGap (not one that only
-	// grew too long to be read whole); set by the reader before it
-	// reports the headers, or by the stream verdict before it reports
-	// the stream. The pool remembers its path (hostPool.streamPaths).
-	events bool
-	// timed: gap and shadow are set (above; among the bools, where it
-	// takes no word of its own).
-	timed bool
 	// streamGap is how long nothing of a chunked answer may arrive before
 	// the answer is taken for a stream (bodyStream.tentative), set by the
 	// pool when it places a: two of the host's round trips (its shortest
 	// dial), at least quickWait.
 	streamGap time.Duration
-	// streamed: its body became a stream (bodyStream.startWaiting), set by
-	// the reader before it tells the pool, which clears the connection's
-	// streaming mark with a's answer only.
-	streamed bool
-	// together: written behind another request in the same write, and
-	// wireEnd: the connection's byte count at its end, set by the writer
-	// (send, write). proves: its answer came before anything written after
-	// it, set by the reader before it reports the headers: the server read
-	// it along with the request ahead and answered it unprompted, as one
-	// that handles pipelining does (hostPool.probeLocked).
-	together bool
-	wireEnd  atomic.Int64
-	proves   bool
+
+	inflightAtAssign int32 // for the Observer, set by assignLocked
+	// follow: whether requests may be written behind it, from its class
+	// (model.go); set under hostPool.mu when it is placed.
+	follow followVerdict
+	// alone: written alone on its connection: a retry (RFC 9112 §9.3.2),
+	// or a request whose class streams or is late (then toStream too for
+	// a stream: a chunked answer is a stream from its head). Set before
+	// it is placed.
+	alone, toStream bool
+	activated       bool // the assignment made the connection active (for the Observer)
+	// heldAtAssign: the assignment holds its connection (sched.held)
+	// until the hooks told of it (GotConn, ConnActive, RequestAssigned)
+	// have run, so that a request one sends does not wait behind a's
+	// place, unwritten (roundTripAttempts). Two writers: set by
+	// assignLocked under hostPool.mu, cleared by a's caller once it has
+	// the connection (the hand-over through place orders the two).
+	heldAtAssign bool
+}
+
+// attemptPool is written by the pool under hostPool.mu once a is written,
+// and read under it.
+type attemptPool struct {
+	hedged bool // a copy of it was sent (hostPool.lateHead)
 	// answerAtEnd: its response's head did not count as the host's answer
 	// (its body was not of a known, buffered length): its end does
-	// (hostPool.answerLocked). Set by the pool under its lock.
+	// (hostPool.answerLocked).
 	answerAtEnd bool
-	// noBody: its response had no body by rule (RFC 9112 §6.3: HEAD, 1xx,
-	// 204, 304), set by the reader before it reports the response done.
-	noBody bool
-	// place is its response's place on the connection (1: the first), set
-	// by the reader with headersRead, before it reports the headers: what
-	// the pool learns from a head counts from it, not from the responses
-	// it has counted served (design.md, "Direct reads").
-	place int
-	// bodyLen is its response's Content-Length, or -1 if the body has no
-	// declared length (or none at all), set by the reader with place.
-	bodyLen int64
-	// chunkedLen is the length of its response's chunked body, set by the
-	// reader at the body's end, before responseDone.
-	chunkedLen int64
+	// heldTentative: the pool took the answer's connection for a stream's
+	// while it was read from the network (hostPool.tentative).
+	heldTentative bool
+}
 
-	// Guarded by pconn.mu.
-	headersRead bool // final response headers parsed
+// attemptOutcome is a's outcome, delivered once: state moves by
+// compare-and-swap (deliver, or abandon by a caller that gave up), and
+// only the deliverer that moved it writes out, before it signals r.sig;
+// the caller reads out after the signal (result).
+type attemptOutcome struct {
+	out   result       // the outcome, written by deliver before it signals r.sig
+	state atomic.Int32 // attemptWaiting → attemptDelivered | attemptAbandoned
+}
 
-	// written: the whole request was written. writeDone, for a body written
-	// by a goroutine of its own, is closed when that write ends.
-	written   atomic.Bool
+// attemptWrite is written by a's writer, the holder of its connection's
+// write token (send, write, writeHeld); the fields set when a joins the
+// fifo are set under pconn.mu (joinLocked), which the reader holds to
+// read them. headAt has a second writer.
+type attemptWrite struct {
+	// Set under pconn.mu when the attempt joins the connection's fifo.
+	wireOff int64    // bytes handed to the connection before this request's first byte
+	sentAt  monoTime // for a pipelined request, when it joined the fifo
+	// writeGap is how long after the request ahead of it a pipelined
+	// request joined the fifo, read by the pool (model.go, serviceOrder).
+	writeGap time.Duration
+	// headAt is when it became the oldest unanswered request on its
+	// connection (written with nothing ahead, or the answer ahead read).
+	// Two writers, both under pconn.mu: the writer when a joins the fifo
+	// with nothing ahead, the reader when the answer ahead is read
+	// (popHead). Read by the reader (readOne).
+	headAt monoTime
+	// wireEnd: for a request written together with the one ahead, the
+	// connection's byte count at its end, set by write; read by the
+	// reader (readOne).
+	wireEnd atomic.Int64
+	// writeDone, for a body written by a goroutine of its own, is closed
+	// when that write ends (send makes it, write closes it).
 	writeDone chan struct{}
+	reused    bool // the connection had answered a response, or others were in flight
+	behind    bool // others were in flight: the request was pipelined
+	// together: written behind another request in the same write (its
+	// bytes went out with the request ahead), set under pconn.mu.
+	together bool
+	// written: the whole request was written; read by the reader
+	// (finishResponse).
+	written atomic.Bool
+}
 
-	// Header-timeout arming (see pconn.armHeaderTimeout).
+// attemptHeaderTimer is the arming of a's header timer (see
+// pconn.armHeaderTimeout). arm has two writers, atomic: the writer once a
+// is written, and whoever makes a the oldest unanswered request (the
+// writer that queues it first, or the reader that reads the answer ahead).
+// disarmed is written and read under pconn.deadlineMu.
+type attemptHeaderTimer struct {
 	arm atomic.Int32
-	// disarmed is guarded by pconn.deadlineMu: the header timer must not
-	// start any more.
+	// disarmed: the header timer must not start any more.
 	disarmed bool
+}
 
-	// For an expectContinue request: the reader tells the writer whether to
-	// send the body (expect.go).
+// attemptContinue is, for an expectContinue request, how the reader tells
+// the writer whether to send the body (expect.go). continueCh is made by
+// newAttempt and read-only after; the reader sends on it, once
+// (continueOnce, signalContinue); the writer and claimDirect read it.
+type attemptContinue struct {
 	continueCh   chan struct{} // capacity 1; nil if no 100 is awaited
 	continueOnce sync.Once
+}
 
-	wait waiter // a's place in its pool's queue (scheduler.go, place)
+// attemptRead is written by a's reader, the holder of its connection's
+// read turn (the reader goroutine, or a's caller reading its own answer,
+// direct.go), before it reports what it read to the pool (headers read,
+// response done), which reads it then under hostPool.mu. headersRead is
+// set under pconn.mu, which its readers hold.
+type attemptRead struct {
+	// Set by the reader for a pipelined request when its headers arrive
+	// (timed): how long after the response ahead of it ended (gap), and
+	// how long after the request joined the fifo that one ended (shadow;
+	// model.go, serviceOrder).
+	gap, shadow time.Duration
+	// headWait is how long after headAt its headers came, set before the
+	// reader reports the response done (headWaits.note, in
+	// hostPool.responseDone).
+	headWait time.Duration
+	// ka is the Keep-Alive hint of the response, if it had one, set before
+	// the reader reports the headers.
+	ka *keepAliveHint
+	// place is its response's place on the connection (1: the first), set
+	// with headersRead, before the reader reports the headers: what the
+	// pool learns from a head counts from it, not from the responses it
+	// has counted served (design.md, "Direct reads").
+	place int
+	// bodyLen is its response's Content-Length, or -1 if the body has no
+	// declared length (or none at all), set with place.
+	bodyLen int64
+	// chunkedLen is the length of its response's chunked body, set at the
+	// body's end, before responseDone.
+	chunkedLen int64
+	// tentative: its answer is chunked (bodyStream.tentative), set before
+	// the reader reports the headers.
+	tentative bool
+	// streamAtHead: its answer is a stream from its head, set before the
+	// reader reports the headers: server-sent events, or a body it will
+	// not read whole (longer than maxBufferedBody, or until the connection
+	// closes). The pool places nothing behind it from its head on, not
+	// from its first read from the network (streamed).
+	streamAtHead bool
+	// timed: gap and shadow are set (above).
+	timed bool
+	// proves: its answer came before anything written after it, set
+	// before the reader reports the headers: the server read it along with
+	// the request ahead and answered it unprompted, as one that handles
+	// pipelining does (hostPool.probeLocked).
+	proves bool
+	// noBody: its response had no body by rule (RFC 9112 §6.3: HEAD, 1xx,
+	// 204, 304), set before the reader reports the response done.
+	noBody bool
+	// headersRead: final response headers parsed; set under pconn.mu, and
+	// read under it (fail, dropIfUnwanted, the head-of-line timer,
+	// probeLost).
+	headersRead bool
+}
+
+// attemptStream is written by the stream of a's answer (bodyStream), under
+// bodyStream.mu: by the reader, or by the stream verdict's timer
+// (becomeStream), whichever makes the body a stream. Read by the pool
+// once told of the stream or the response's end, and by the head-of-line
+// timer.
+type attemptStream struct {
+	// events: its answer is a stream of events, server-sent events or a
+	// chunked body of which nothing came for streamGap (not one that only
+	// grew too long to be read whole). The pool remembers its path
+	// (hostPool.streamPaths). Two writers: the reader sets it before it
+	// reports the headers (server-sent events), before the verdict's
+	// timer exists, and clears it at the body's end (read in full sooner
+	// than a request behind would have waited), after bodyStream.stop;
+	// in between, the verdict sets it under bodyStream.mu before it
+	// reports the stream.
+	events bool
+	// streamed: its body became a stream (bodyStream.startWaiting,
+	// becomeStream), set under bodyStream.mu and holGuard.mu (holFire
+	// reads it under the latter) before the pool is told, which clears
+	// the connection's streaming mark with a's answer only.
+	streamed bool
 }
 
 const (
@@ -430,29 +515,46 @@ func (a *attempt) abandon() bool {
 // r.req. If waitForContinue is not nil, the head is flushed and the body is
 // written only if waitForContinue reports true (expect.go). lw is the
 // writer's own limitWriter (writeBody), so that none is allocated per body.
-func writeRequest(w *bufio.Writer, lw *limitWriter, r *request, body io.ReadCloser, waitForContinue func() bool) (err error) {
-	req := r.req
+// body, if not nil, is closed on return.
+func writeRequest(w *bufio.Writer, lw *limitWriter, r *request, body io.ReadCloser, waitForContinue func() bool) error {
 	if body != nil {
 		defer body.Close()
 	}
-	host := req.Host
+	host, ruri, err := requestTarget(r)
+	if err != nil {
+		return err
+	}
+	f := frameRequest(r, body)
+	if err := writeHead(w, r, host, ruri, f); err != nil || f.body == nil {
+		return err
+	}
+	return writeRequestBody(w, lw, r, body, f, waitForContinue)
+}
+
+// requestTarget returns the Host field and the request-target of r's
+// request line (RFC 9112 §3.2: absolute-form to a proxy, authority-form
+// for CONNECT, origin-form otherwise), validated as net/http validates
+// them.
+func requestTarget(r *request) (host, ruri string, err error) {
+	req := r.req
+	host = req.Host
 	if host == "" {
 		host = req.URL.Host
 	}
 	host, err = httpguts.PunycodeHostPort(host)
 	if err != nil {
-		return err
+		return "", "", err
 	}
 	if !httpguts.ValidHostHeader(host) {
 		// As net/http (golang/go#61431): never send an altered Host.
 		if r.absoluteURI {
-			return errors.New("http: invalid Host header")
+			return "", "", errors.New("http: invalid Host header")
 		}
 		host = ""
 	}
 	host = removeZone(host)
 
-	ruri := req.URL.RequestURI()
+	ruri = req.URL.RequestURI()
 	if r.absoluteURI && req.URL.Opaque == "" {
 		ruri = req.URL.Scheme + "://" + host + ruri
 	} else if r.method == http.MethodConnect && req.URL.Path == "" {
@@ -462,10 +564,51 @@ func writeRequest(w *bufio.Writer, lw *limitWriter, r *request, body io.ReadClos
 		}
 	}
 	if strings.IndexFunc(ruri, isCTL) >= 0 {
-		return errors.New("net/http: can't write control character in Request.URL")
+		return "", "", errors.New("net/http: can't write control character in Request.URL")
 	}
+	return host, ruri, nil
+}
 
-	trace := r.trace
+// requestFraming is how a request's body goes on the wire (RFC 9112 §6),
+// chosen by frameRequest.
+type requestFraming struct {
+	// body is what is written as the body: the caller's, or probeBody's
+	// reader over it; nil: no body.
+	body io.Reader
+	// cl is the declared length: 0 with no body, -1 if unknown.
+	cl      int64
+	chunked bool // Transfer-Encoding: chunked
+	// flushHead: probeBody waited for the body's first byte, so the head
+	// goes out before the body (golang/go#14315).
+	flushHead bool
+}
+
+// frameRequest chooses the framing of r's body (nil: none), following
+// net/http's transferWriter: an empty body of unknown length on a method
+// that usually lacks one is no body (emptybody.go); an unknown length is
+// chunked, except for CONNECT, whose body is raw.
+func frameRequest(r *request, body io.ReadCloser) requestFraming {
+	req := r.req
+	f := requestFraming{body: body, cl: req.ContentLength}
+	if body != nil && req.ContentLength == 0 && methodUsuallyLacksBody(r.method) {
+		f.body, f.flushHead = probeBody(body)
+	}
+	if f.body == nil {
+		f.cl = 0
+	} else if f.cl == 0 {
+		f.cl = -1 // a body of unknown length
+	}
+	f.chunked = f.body != nil && r.method != http.MethodConnect &&
+		(f.cl < 0 || (len(req.TransferEncoding) > 0 && req.TransferEncoding[0] == "chunked"))
+	return f
+}
+
+// writeHead writes r's head to w: the request line, the Host and
+// User-Agent fields, the body's framing fields (f), the caller's fields,
+// then the transport's own (Connection: close, Accept-Encoding: gzip,
+// Proxy-Authorization), each reported to r's trace as written.
+func writeHead(w *bufio.Writer, r *request, host, ruri string, f requestFraming) error {
+	req, trace := r.req, r.trace
 	w.WriteString(r.method)
 	w.WriteByte(' ')
 	w.WriteString(ruri)
@@ -475,60 +618,72 @@ func writeRequest(w *bufio.Writer, lw *limitWriter, r *request, body io.ReadClos
 	if trace != nil && trace.WroteHeaderField != nil {
 		trace.WroteHeaderField("Host", []string{host})
 	}
-
-	ua := defaultUserAgent
-	if v, ok := req.Header["User-Agent"]; ok {
-		ua = ""
-		if len(v) > 0 {
-			ua = v[0]
-		}
-	}
-	if ua != "" {
+	if ua := userAgent(req.Header); ua != "" {
 		writeField(w, trace, "User-Agent", ua)
 	}
+	writeFramingFields(w, trace, r.method, req.Trailer, f)
+	writeHeaderFields(w, trace, req.Header)
+	if r.closeAfter && !httpguts.HeaderValuesContainsToken(req.Header["Connection"], "close") {
+		writeField(w, trace, "Connection", "close")
+	}
+	if r.addGzip {
+		writeField(w, trace, "Accept-Encoding", "gzip")
+	}
+	if r.proxyAuth != "" {
+		writeField(w, trace, "Proxy-Authorization", r.proxyAuth)
+	}
+	_, err := w.WriteString("\r\n")
+	if trace != nil && trace.WroteHeaders != nil {
+		trace.WroteHeaders()
+	}
+	return err
+}
 
-	// Framing of the body (RFC 9112 §6), following net/http's transferWriter.
-	var bodyR io.Reader = body
-	flushHead := false
-	if body != nil && req.ContentLength == 0 && methodUsuallyLacksBody(r.method) {
-		// emptybody.go: send an empty body of unknown length as no body.
-		bodyR, flushHead = probeBody(body)
-		if bodyR == nil {
-			body = nil // the deferred Close still closes the caller's body
-		}
-	}
-	cl := req.ContentLength
-	if body == nil {
-		cl = 0
-	} else if cl == 0 {
-		cl = -1 // a body of unknown length
-	}
-	chunked := body != nil && r.method != http.MethodConnect &&
-		(cl < 0 || (len(req.TransferEncoding) > 0 && req.TransferEncoding[0] == "chunked"))
+// userAgent is the User-Agent a request with header h sends: the
+// caller's, none if the caller set it empty, else defaultUserAgent.
+func userAgent(h http.Header) string {
+	v, ok := h["User-Agent"]
 	switch {
-	case chunked:
+	case !ok:
+		return defaultUserAgent
+	case len(v) > 0:
+		return v[0]
+	}
+	return ""
+}
+
+// writeFramingFields writes the fields that frame a request's body (f):
+// Transfer-Encoding and Trailer (the trailer's field names, sorted), or
+// Content-Length, which a POST, PUT or PATCH without a body sends as 0.
+func writeFramingFields(w *bufio.Writer, trace *httptrace.ClientTrace, method string, trailer http.Header, f requestFraming) {
+	switch {
+	case f.chunked:
 		writeField(w, trace, "Transfer-Encoding", "chunked")
-		if len(req.Trailer) > 0 {
-			keys := make([]string, 0, len(req.Trailer))
-			for k := range req.Trailer {
+		if len(trailer) > 0 {
+			keys := make([]string, 0, len(trailer))
+			for k := range trailer {
 				keys = append(keys, http.CanonicalHeaderKey(k))
 			}
 			slices.Sort(keys)
 			writeField(w, trace, "Trailer", strings.Join(keys, ","))
 		}
-	case cl > 0 && (trace == nil || trace.WroteHeaderField == nil):
+	case f.cl > 0 && (trace == nil || trace.WroteHeaderField == nil):
 		// The length is written in place, with no string made for it.
 		w.WriteString("Content-Length: ")
-		w.Write(strconv.AppendInt(w.AvailableBuffer(), cl, 10))
+		w.Write(strconv.AppendInt(w.AvailableBuffer(), f.cl, 10))
 		w.WriteString("\r\n")
-	case cl > 0:
-		writeField(w, trace, "Content-Length", strconv.FormatInt(cl, 10))
-	case cl == 0 && (r.method == http.MethodPost || r.method == http.MethodPut || r.method == http.MethodPatch):
+	case f.cl > 0:
+		writeField(w, trace, "Content-Length", strconv.FormatInt(f.cl, 10))
+	case f.cl == 0 && (method == http.MethodPost || method == http.MethodPut || method == http.MethodPatch):
 		// Many servers expect a Content-Length for these methods.
 		writeField(w, trace, "Content-Length", "0")
 	}
+}
 
-	for k, vv := range req.Header {
+// writeHeaderFields writes the caller's header h, but for the fields the
+// transport writes itself (Host, User-Agent and the framing fields).
+func writeHeaderFields(w *bufio.Writer, trace *httptrace.ClientTrace, h http.Header) {
+	for k, vv := range h {
 		switch k {
 		case "Host", "User-Agent", "Content-Length", "Transfer-Encoding", "Trailer":
 			continue
@@ -547,27 +702,17 @@ func writeRequest(w *bufio.Writer, lw *limitWriter, r *request, body io.ReadClos
 		}
 		trace.WroteHeaderField(k, written)
 	}
-	if r.closeAfter && !httpguts.HeaderValuesContainsToken(req.Header["Connection"], "close") {
-		writeField(w, trace, "Connection", "close")
-	}
-	if r.addGzip {
-		writeField(w, trace, "Accept-Encoding", "gzip")
-	}
-	if r.proxyAuth != "" {
-		writeField(w, trace, "Proxy-Authorization", r.proxyAuth)
-	}
-	_, err = w.WriteString("\r\n")
-	if trace != nil && trace.WroteHeaders != nil {
-		trace.WroteHeaders()
-	}
-	if err != nil || body == nil {
-		return err
-	}
+}
+
+// writeRequestBody writes r's body after its head, framed by f. The head
+// goes out first if the body may block (below) or if waitForContinue (not
+// nil) is to decide whether the body is sent at all (expect.go).
+func writeRequestBody(w *bufio.Writer, lw *limitWriter, r *request, body io.ReadCloser, f requestFraming, waitForContinue func() bool) error {
 	// As net/http (transferWriter.FlushHeaders, golang/go#22088): a body
 	// not already in memory may block until its caller has read some of
 	// the response (a pipe of a full-duplex exchange), so the head goes
 	// out before it is copied; one in memory goes out with it.
-	if flushHead || !inMemory(body) {
+	if f.flushHead || !inMemory(body) {
 		if err := w.Flush(); err != nil {
 			return err
 		}
@@ -576,14 +721,14 @@ func writeRequest(w *bufio.Writer, lw *limitWriter, r *request, body io.ReadClos
 		if err := w.Flush(); err != nil {
 			return err
 		}
-		if trace != nil && trace.Wait100Continue != nil {
-			trace.Wait100Continue()
+		if t := r.trace; t != nil && t.Wait100Continue != nil {
+			t.Wait100Continue()
 		}
 		if !waitForContinue() {
-			return nil // the deferred Close releases the body
+			return nil // writeRequest's deferred Close releases the body
 		}
 	}
-	return writeBody(w, lw, req, bodyR, cl, chunked)
+	return writeBody(w, lw, r.req, f.body, f.cl, f.chunked)
 }
 
 // requestBodyError wraps an error returned by the caller's request body, to
