@@ -232,10 +232,22 @@ func (w *wireCounter) release(write bool) error {
 	return err
 }
 
-// written returns the bytes handed to the connection so far. The writer
-// holding the write token may call it; anyone else must have closed the
-// connection first, so that no Write is left to wait for.
+// written returns the bytes handed to the connection so far. Only the
+// writer holding the write token may call it; anyone else, writtenAfterClose.
 func (w *wireCounter) written() int64 { return w.n.Load() }
+
+// writtenAfterClose returns the bytes handed to the connection, once it is
+// closed: it waits for a Write still running, whose bytes may have reached
+// the server (which may have closed the connection on them before the
+// Write returned), and which the close ends (net.Conn: Close unblocks
+// Write). net/http likewise waits for its writeLoop before it says that
+// nothing was written (mapRoundTripError). Read without that wait, a POST
+// whose server read it and closed was taken for unwritten and sent again.
+func (w *wireCounter) writtenAfterClose() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.n.Load()
+}
 
 // netReader is the connection as br sees it. onRead, if set, runs once
 // before the next read from the network; only the holder of the read turn
@@ -1880,7 +1892,7 @@ func (c *pconn) fail(err error) {
 	c.nr.pipelined.Store(false)
 	c.mu.Unlock()
 	headSlow := c.holStop()
-	written := c.wc.written() // after closeConn: no Write is left running
+	written := c.wc.writtenAfterClose()
 	inFlight := len(unanswered)
 	if shared {
 		inFlight = max(inFlight, 2)

@@ -434,3 +434,75 @@ func TestQuietClosed(t *testing.T) {
 		}
 	}
 }
+
+// TestWrittenAsServerClosesNotResent: a request whose bytes reached a
+// server that read it and closed the connection before the Write that
+// carried them returned was written: one that may not be sent again fails
+// with ErrServerClosed, sent once. The connection's failure read the count
+// of bytes written without waiting for that Write, took the request for
+// unwritten, and sent it again: a POST ran twice (TestDifferentialALPNFlap).
+// lateWriteConn's Write returns only once the connection's close has been
+// reported (ConnClosed, after that count was read), or 50 ms after the
+// close, which the count now waits for.
+func TestWrittenAsServerClosesNotResent(t *testing.T) {
+	verifyNoLeaks(t)
+	var got sync.Map // method -> *atomic.Int32, the requests the server read
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		n, _ := got.LoadOrStore(req.Method, new(atomic.Int32))
+		n.(*atomic.Int32).Add(1) // read, not answered: the connection closes
+	})
+	for _, method := range []string{http.MethodPost, http.MethodPatch, http.MethodPut} {
+		reported := make(chan struct{})
+		var once sync.Once
+		obs := &Observer{ConnClosed: func(ConnEvent) { once.Do(func() { close(reported) }) }}
+		var d net.Dialer
+		tr := newTestTransport(t, TransportOptions{Observer: obs, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &lateWriteConn{Conn: c, closed: make(chan struct{}), reported: reported}, nil
+		}})
+		req, _ := http.NewRequestWithContext(parCtx(t), method, srv.url("/"), strings.NewReader("payload"))
+		req.ContentLength = -1 // chunked: written by a goroutine of its own, not read by its caller (direct.go)
+		_, err := tr.RoundTrip(req)
+		var sent int32
+		if n, ok := got.Load(method); ok {
+			sent = n.(*atomic.Int32).Load()
+		}
+		if !errors.Is(err, ErrServerClosed) || sent != 1 {
+			t.Errorf("%s: error %v, sent %d times; want ErrServerClosed, sent once", method, err, sent)
+		}
+		tr.Close()
+	}
+}
+
+// lateWriteConn is a connection whose Writes return only after it was
+// closed and reported closed, or 50 ms after it was closed.
+type lateWriteConn struct {
+	net.Conn
+	closeOnce sync.Once
+	closed    chan struct{}
+	reported  <-chan struct{}
+}
+
+func (c *lateWriteConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	<-c.closed
+	tm := time.NewTimer(50 * time.Millisecond)
+	defer tm.Stop()
+	select {
+	case <-c.reported:
+	case <-tm.C:
+	}
+	return n, err
+}
+
+func (c *lateWriteConn) Close() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	return c.Conn.Close()
+}
