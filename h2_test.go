@@ -1596,3 +1596,75 @@ func TestDifferentialALPNFlap(t *testing.T) {
 		t.Errorf("pipelined failed %d requests, net/http none", failed["pipelined"])
 	}
 }
+
+// TestH1RetryOverH2SendsFreshBody: a request whose HTTP/1.1 connection
+// failed after taking its body, and whose host speaks HTTP/2 by the time
+// it is sent again (its retry's dial negotiated h2), goes to the HTTP/2
+// side with a fresh body from GetBody, as net/http rewinds a body for each
+// retry. It went with the body the first attempt had read, and the server
+// saw an empty one (TestDifferentialALPNFlap, a few runs in a hundred). A
+// request that may not be sent again is sent once.
+func TestH1RetryOverH2SendsFreshBody(t *testing.T) {
+	verifyNoLeaks(t)
+	var mu sync.Mutex
+	seen := map[string]int{} // bodies the server read, over either protocol
+	var h1only *atomic.Bool
+	srv, h1only := alpnSwitchServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		seen[string(b)]++
+		mu.Unlock()
+		if r.Header.Get("X-Close") != "" && r.ProtoMajor == 1 {
+			// Read whole, not answered: the connection fails under the
+			// request, and the next dial negotiates h2.
+			h1only.Store(false)
+			if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				c.Close()
+			}
+			return
+		}
+		fmt.Fprintf(w, "%s %s", r.Proto, b)
+	}), 0)
+	send := func(tr *Transport, method, body string, getBody bool) string {
+		req, _ := http.NewRequestWithContext(parCtx(t), method, srv.URL, strings.NewReader(body))
+		if body != "" {
+			req.Header.Set("X-Close", "1")
+		}
+		if !getBody {
+			req.GetBody = nil
+		}
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			return err.Error()
+		}
+		return readBody(t, resp)
+	}
+	for _, tc := range []struct {
+		method  string
+		getBody bool   // the body can be had again (GetBody)
+		want    string // the answer, or the error
+		sent    int    // times the server read the body
+	}{
+		{"GET", true, "HTTP/2.0 GET-true", 2},
+		{"PUT", true, "HTTP/2.0 PUT-true", 2},
+		{"POST", true, ErrServerClosed.Error() + ": EOF", 1},
+		{"GET", false, ErrServerClosed.Error() + ": EOF", 1},
+	} {
+		h1only.Store(true)
+		// One connection: the request is the second on it (a connection's
+		// first request is not sent again after a failure).
+		tr := newTestTransport(t, TransportOptions{TLSClientConfig: tlsRoots(srv), MaxConnsPerHost: 1})
+		if got := send(tr, "GET", "", true); got != "HTTP/1.1 " {
+			t.Fatalf("first request = %q, want \"HTTP/1.1 \"", got)
+		}
+		body := fmt.Sprintf("%s-%v", tc.method, tc.getBody)
+		got := send(tr, tc.method, body, tc.getBody)
+		mu.Lock()
+		sent := seen[body]
+		mu.Unlock()
+		if got != tc.want || sent != tc.sent {
+			t.Errorf("%s (GetBody %v) = %q, sent %d times, want %q, sent %d times", tc.method, tc.getBody, got, sent, tc.want, tc.sent)
+		}
+		tr.Close()
+	}
+}

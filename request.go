@@ -209,6 +209,20 @@ func (r *request) body() (io.ReadCloser, error) {
 	return r.req.GetBody()
 }
 
+// rewound returns r's request with a body no attempt has read, for a
+// request that goes on elsewhere (the HTTP/2 side) after an attempt took
+// its body: a copy with a fresh body from GetBody, or body's error if it
+// has none (net/http's rewindBody).
+func (r *request) rewound() (*http.Request, error) {
+	body, err := r.body()
+	if err != nil {
+		return nil, err
+	}
+	req := *r.req
+	req.Body = body
+	return &req, nil
+}
+
 // probing reports whether a is a probe (scheduler.go, probeLocked): placed
 // while its host was not proven, and written behind another request. Read
 // by the connection's reader, or under pconn.mu, once a joined the fifo.

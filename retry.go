@@ -138,6 +138,18 @@ func (p *hostPool) roundTripH1(req, sent *http.Request, from *useH1, changes int
 	endLegacy := p.t.watchLegacyCancel(r)
 	resp, err := p.roundTripAttempts(r)
 	redirected := false
+	if u, ok := err.(*useH2); ok && r.bodyUsed {
+		// An attempt here took sent's body, which may be read already:
+		// written (checkRetry let the request go again), or read into a
+		// write held and not sent (direct.go). The HTTP/2 side gets a
+		// fresh one, as net/http rewinds a body before each retry, or
+		// the request fails: an empty body is never sent for it.
+		var rerr error
+		if sent, rerr = r.rewound(); rerr != nil {
+			u.h.release() // the use the useH2 held
+			err = rerr
+		}
+	}
 	if u, ok := err.(*useH2); ok { // the host turned out to speak HTTP/2
 		resp, err = u.h.redirect(sent, redirectEvent(o, r))
 		r.bodyUsed = true // the HTTP/2 side owns the body and reports the rest
@@ -158,7 +170,7 @@ func (p *hostPool) roundTripH1(req, sent *http.Request, from *useH1, changes int
 			redirected = false
 		}
 	}
-	if from != nil && resp != nil {
+	if sent != req && resp != nil {
 		resp.Request = req // not the rewound copy
 	}
 	if err != nil && !r.bodyUsed {
