@@ -1546,7 +1546,12 @@ func TestH2PoolsChurn(t *testing.T) {
 // after 20 ms, and 10 callers sending GETs and POSTs (bodies echoed), some
 // calling CloseIdleConnections, through pipelined and then net/http: the
 // host turns from one protocol to the other under the load (h2Host.demoted,
-// h2Dialed). pipelined may fail nothing where net/http fails nothing.
+// h2Dialed). pipelined may fail nothing where net/http fails nothing, but
+// a POST written as the server's idle timeout closed its connection, which
+// either client loses (RFC 9112 §9.3.1: it may have been processed, so it
+// is not sent again; net/http says "EOF" or "server closed idle
+// connection"): about 1 run in 100 under load, for each client, and none
+// without the server's idle timeout.
 func TestDifferentialALPNFlap(t *testing.T) {
 	verifyNoLeaks(t)
 	srv, h1only := alpnSwitchServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -1578,6 +1583,10 @@ func TestDifferentialALPNFlap(t *testing.T) {
 			}
 			req, _ := http.NewRequestWithContext(parCtx(t), method, srv.URL, strings.NewReader(body))
 			resp, err := rt.RoundTrip(req)
+			if err != nil && method == "POST" && errors.Is(err, ErrServerClosed) {
+				t.Logf("%s: POST lost to the server's idle timeout: %v", name, err)
+				return ""
+			}
 			if err != nil {
 				return err.Error()
 			}
