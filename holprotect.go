@@ -292,7 +292,9 @@ func (p *hostPool) probeLost(c *pconn, a *attempt) {
 	if m := &p.model; !m.proven && !m.inFallback(now) {
 		m.fallBack(now)
 	}
+	ch := p.takeModelChangesLocked()
 	p.mu.Unlock()
+	p.observeModel(ch)
 	c.dropIfUnwanted()
 }
 
@@ -329,7 +331,9 @@ func (p *hostPool) notePipelineFailure(err error, unanswered int, headIdle, head
 	}
 	p.mu.Lock()
 	p.model.noteFailure(time.Now(), !headIdle && headSlow)
+	ch := p.takeModelChangesLocked()
 	p.mu.Unlock()
+	p.observeModel(ch)
 }
 
 // isPipelineFailure reports whether a connection that failed with err

@@ -107,6 +107,46 @@ type Observer struct {
 	// requests may be written behind its requests, and, if not, why. It
 	// is not called under TransportOptions.FixedPolicy.
 	RouteLearned func(RouteEvent)
+
+	// HostLearned is called when what a host's model decides for the host
+	// as a whole changed (docs/model.md): whether it is pipelined and, if
+	// not, why; whether it runs a connection's requests one at a time;
+	// whether it is proven to handle pipelining. A change that comes with
+	// time alone (a verdict expiring) is reported with the next answer or
+	// failure that finds it. It is not called under
+	// TransportOptions.FixedPolicy, nor for a forward proxy's pool.
+	HostLearned func(HostEvent)
+}
+
+// HostEvent reports a change in what a host's model decides for the host
+// as a whole; HostStats.Model shows the same fields at any time.
+type HostEvent struct {
+	// Time is when the change was found.
+	Time time.Time
+
+	// Host names the pool as [Transport.Stats] keys it.
+	Host string
+
+	// Addr is the target server's "host:port", default port filled in.
+	Addr string
+
+	// Pipelining reports whether pipelineable requests are written behind
+	// others once PipelineConnsPerHost connections are busy; if not,
+	// Reason says why: "fallback" (its pipelined connections failed),
+	// "late heads" (its answers are late often enough that a request
+	// gains more from a connection of its own) or "serial" (it runs a
+	// connection's requests one at a time, slowly enough that
+	// connections of their own run them in parallel).
+	Pipelining bool
+	Reason     string
+
+	// Serial reports whether the host is taken to run a connection's
+	// requests one at a time.
+	Serial bool
+
+	// Proven reports whether the host answered a pipelined request as
+	// only a server that handles pipelining does.
+	Proven bool
 }
 
 // RouteEvent reports a change in what a host's model holds about one

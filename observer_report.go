@@ -163,24 +163,72 @@ type modelChange struct {
 	v followVerdict
 }
 
-// takeModelChangesLocked returns the verdict changes not yet reported.
-// p.mu is held.
-func (p *hostPool) takeModelChangesLocked() []modelChange {
-	ch := p.modelChanged
-	p.modelChanged = nil
+// modelChanges are what a host's model changed and the Observer has not
+// been told yet: routes' verdicts, and the host's decisions.
+type modelChanges struct {
+	routes []modelChange
+	host   []HostEvent
+}
+
+// takeModelChangesLocked returns the changes not yet reported, the host's
+// decision included if it changed (noteDecisionLocked). p.mu is held.
+func (p *hostPool) takeModelChangesLocked() modelChanges {
+	p.noteDecisionLocked()
+	ch := modelChanges{routes: p.modelChanged, host: p.hostChanged}
+	p.modelChanged, p.hostChanged = nil, nil
 	return ch
 }
 
-// observeModel reports verdict changes to the Observer.
-func (p *hostPool) observeModel(ch []modelChange) {
-	if len(ch) == 0 {
+// hostDecision is what a host's model decides for the host as a whole
+// (HostEvent), as last reported.
+type hostDecision struct {
+	reason         string // "" while it is pipelined
+	serial, proven bool
+}
+
+// noteDecisionLocked compares the host's decision with the one last
+// reported, and queues a HostEvent if it changed; only while an Observer
+// wants them. p.mu is held.
+func (p *hostPool) noteDecisionLocked() {
+	o := p.t.opts.Observer
+	if o == nil || o.HostLearned == nil || p.model.fixed || p.key.forwardProxy() {
 		return
 	}
-	if o := p.t.opts.Observer; o != nil && o.RouteLearned != nil {
+	now := time.Now()
+	m := &p.model
+	d := hostDecision{serial: m.order.serial(now), proven: m.proven}
+	switch {
+	case p.t.depth > 1 && m.inFallback(now):
+		d.reason = "fallback"
+	case m.heads.mixed:
+		d.reason = "late heads"
+	case d.serial && m.order.serviceGap() >= serialDialGap:
+		d.reason = "serial"
+	}
+	if d == p.decision {
+		return
+	}
+	p.decision = d
+	p.hostChanged = append(p.hostChanged, HostEvent{Time: now, Host: p.name, Addr: p.key.addr,
+		Pipelining: d.reason == "", Reason: d.reason, Serial: d.serial, Proven: d.proven})
+}
+
+// observeModel reports the model's changes to the Observer.
+func (p *hostPool) observeModel(ch modelChanges) {
+	if len(ch.routes) == 0 && len(ch.host) == 0 {
+		return
+	}
+	o := p.t.opts.Observer
+	if o != nil && o.RouteLearned != nil {
 		now := time.Now()
-		for _, m := range ch {
+		for _, m := range ch.routes {
 			addr, _ := canonicalAddr(m.r.req.URL.Scheme, m.r.req.URL.Host)
 			o.RouteLearned(RouteEvent{Time: now, Host: p.name, Addr: addr, Request: m.r.req, Verdict: m.v.String()})
+		}
+	}
+	if o != nil && o.HostLearned != nil {
+		for _, e := range ch.host {
+			o.HostLearned(e)
 		}
 	}
 }

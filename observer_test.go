@@ -7,9 +7,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net"
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 )
 
 func TestResendCauseString(t *testing.T) {
@@ -252,4 +255,60 @@ func TestRouteLearned(t *testing.T) {
 	if !m.Learning || m.Routes != 2 || m.StreamRoutes != 1 || m.LateRoutes != 0 || !m.Pipelining || m.UsualHeadWait <= 0 {
 		t.Errorf("Stats().Model = %+v, want learning, 2 routes, 1 of them a stream, pipelining", m)
 	}
+}
+
+// TestHostLearned: Observer.HostLearned reports each change of the host's
+// decision, outside our locks (it calls Stats): a host that drops what is
+// pipelined falls back; the next answer after the fallback's end finds
+// the host pipelined again, and the next pipelined burst falls back again.
+func TestHostLearned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := &memServer{handle: func(n int, c net.Conn, br *bufio.Reader) {
+			for {
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				time.Sleep(time.Millisecond) // let a pipelined request arrive
+				if br.Buffered() > 0 || c.(*memConn).unread() > 0 {
+					return // drops what is pipelined
+				}
+				answer(c, req)
+			}
+		}}
+		var mu sync.Mutex
+		var got []string
+		var tr *Transport
+		o := &Observer{HostLearned: func(e HostEvent) {
+			_ = tr.Stats() // no lock of ours is held
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, fmt.Sprintf("%v %q", e.Pipelining, e.Reason))
+			if e.Host != "http://mem.test:80" || e.Addr != "mem.test:80" {
+				t.Errorf("event for %q (%q), want http://mem.test:80 (mem.test:80)", e.Host, e.Addr)
+			}
+		}}
+		tr = NewTransport(TransportOptions{DialContext: srv.dial, MaxConnsPerHost: 1, PipelineDepth: 4, Observer: o})
+		defer tr.Close()
+		burst := func(n int) {
+			var chs []<-chan string
+			for i := range n {
+				chs = append(chs, memGet(tr, fmt.Sprintf("/%d", i)))
+			}
+			for _, ch := range chs {
+				<-ch
+			}
+		}
+		burst(1) // the route's answers are known: the next bursts are pipelined
+		burst(4)
+		time.Sleep(verdictFor + time.Second)
+		burst(1)
+		burst(4)
+		want := []string{`false "fallback"`, `true ""`, `false "fallback"`}
+		mu.Lock()
+		defer mu.Unlock()
+		if !slices.Equal(got, want) {
+			t.Errorf("host events %q, want %q", got, want)
+		}
+	})
 }

@@ -45,6 +45,10 @@ type hostPool struct {
 	// modelChanged are the model's verdict changes not yet reported to
 	// the Observer (observeModel, after mu is released).
 	modelChanged []modelChange
+	// decision is the host's decision as last reported to the Observer,
+	// and hostChanged its changes not yet reported (noteDecisionLocked).
+	decision    hostDecision
+	hostChanged []HostEvent
 	// kaRetired counts the connections retired before the end their
 	// server announced in Keep-Alive (keepalive.go), for Stats.
 	kaRetired int

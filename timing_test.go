@@ -546,7 +546,7 @@ func TestTimerFallbackExpires(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// Each connection answers its first request and drops the
 		// connection when a second one arrives pipelined.
-		depth, burst, stop := fallbackHost(func(net.Conn, *http.Request) bool { return false })
+		depth, burst, stop := fallbackHost(nil, func(net.Conn, *http.Request) bool { return false })
 		defer stop()
 		for i, want := range []time.Duration{verdictFor, verdictFor} {
 			burst()
@@ -572,7 +572,7 @@ func TestTimerFallbackExpires(t *testing.T) {
 func TestTimerFallbackAfterDroppedHead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var drop atomic.Bool
-		depth, burst, stop := fallbackHost(func(c net.Conn, req *http.Request) bool {
+		depth, burst, stop := fallbackHost(nil, func(c net.Conn, req *http.Request) bool {
 			answer(c, req)
 			if drop.Load() {
 				time.Sleep(2 * time.Second) // its keep-alive close
@@ -594,12 +594,12 @@ func TestTimerFallbackAfterDroppedHead(t *testing.T) {
 }
 
 // fallbackHost starts, in a synctest bubble, a Transport (MaxConnsPerHost
-// 1, PipelineDepth 4) over a memServer that answers each request that came
+// 1, PipelineDepth 4, Observer o) over a memServer that answers each request that came
 // alone and hands one that came with another behind it (pipelined) to
 // pipelined, which reports whether the connection goes on. It returns the
 // host's effective depth, a burst of 4 GETs that waits for their outcomes,
 // and a function that closes the Transport.
-func fallbackHost(pipelined func(c net.Conn, req *http.Request) bool) (depth func() int, burst, stop func()) {
+func fallbackHost(o *Observer, pipelined func(c net.Conn, req *http.Request) bool) (depth func() int, burst, stop func()) {
 	srv := &memServer{handle: func(n int, c net.Conn, br *bufio.Reader) {
 		for {
 			req, err := http.ReadRequest(br)
@@ -614,7 +614,7 @@ func fallbackHost(pipelined func(c net.Conn, req *http.Request) bool) (depth fun
 			}
 		}
 	}}
-	tr := NewTransport(TransportOptions{DialContext: srv.dial, MaxConnsPerHost: 1, PipelineDepth: 4})
+	tr := NewTransport(TransportOptions{DialContext: srv.dial, MaxConnsPerHost: 1, PipelineDepth: 4, Observer: o})
 	depth = func() int { return tr.Stats()["http://mem.test:80"].PipelineDepth }
 	<-memGet(tr, "/9") // the route's answers are known: the bursts are pipelined
 	burst = func() {

@@ -20,6 +20,7 @@
 //	pipelined.client.connection.requests_in_flight histogram, {request}: requests in flight on a connection when a request is assigned to it, that one included
 //	pipelined.client.request.resends            counter, {request}: attempts sent again, by pipelined.resend.cause
 //	pipelined.client.route.verdicts             counter, {change}: changes of what a host's model holds about a route class, by pipelined.route.verdict
+//	pipelined.client.host.decisions             counter, {change}: changes of what a host's model decides for the host, by pipelined.host.decision
 //
 // Every instrument has server.address and server.port (the target server's,
 // not a proxy's). Request instruments add http.request.method (the nine
@@ -63,6 +64,7 @@ const (
 	RequestsInFlight   = "pipelined.client.connection.requests_in_flight"
 	Resends            = "pipelined.client.request.resends"
 	RouteVerdicts      = "pipelined.client.route.verdicts"
+	HostDecisions      = "pipelined.client.host.decisions"
 )
 
 // The attribute keys of the pipelined-specific attributes.
@@ -78,6 +80,11 @@ const (
 	// RouteVerdictKey is a route class's verdict after a change
 	// (pipelined.RouteEvent's Verdict: "bounded", "stream", "late").
 	RouteVerdictKey = attribute.Key("pipelined.route.verdict")
+
+	// HostDecisionKey is a host's decision after a change: "pipelined", or
+	// why not (pipelined.HostEvent's Reason: "fallback", "late heads",
+	// "serial").
+	HostDecisionKey = attribute.Key("pipelined.host.decision")
 )
 
 // Bucket boundaries: the semantic conventions' advice for request
@@ -142,6 +149,10 @@ func NewObserver(mp metric.MeterProvider) (*pipelined.Observer, error) {
 		metric.WithDescription("Changes of what a host's model holds about a route class, by the verdict after the change."),
 		metric.WithUnit("{change}"))
 	check(err)
+	r.decisions, err = m.Int64Counter(HostDecisions,
+		metric.WithDescription("Changes of what a host's model decides for the host, by the decision after the change."),
+		metric.WithUnit("{change}"))
+	check(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("pipelined: creating OpenTelemetry instruments: %w", err)
 	}
@@ -154,6 +165,7 @@ func NewObserver(mp metric.MeterProvider) (*pipelined.Observer, error) {
 		ConnIdle:        r.connIdle,
 		ConnClosed:      r.connClosed,
 		RouteLearned:    r.routeLearned,
+		HostLearned:     r.hostLearned,
 	}, nil
 }
 
@@ -166,6 +178,7 @@ type recorder struct {
 	inFlight     metric.Int64Histogram
 	resends      metric.Int64Counter
 	verdicts     metric.Int64Counter
+	decisions    metric.Int64Counter
 
 	// connAttrs caches the attribute sets of connections, per connKey.
 	connAttrs sync.Map
@@ -197,6 +210,14 @@ func (r *recorder) connSets(ev pipelined.ConnEvent) *connSets {
 
 func (r *recorder) routeLearned(ev pipelined.RouteEvent) {
 	r.verdicts.Add(context.Background(), 1, metric.WithAttributes(serverAttrs(ev.Addr, []attribute.KeyValue{RouteVerdictKey.String(ev.Verdict)})...))
+}
+
+func (r *recorder) hostLearned(ev pipelined.HostEvent) {
+	decision := ev.Reason
+	if ev.Pipelining {
+		decision = "pipelined"
+	}
+	r.decisions.Add(context.Background(), 1, metric.WithAttributes(serverAttrs(ev.Addr, []attribute.KeyValue{HostDecisionKey.String(decision)})...))
 }
 
 func (r *recorder) connOpened(ev pipelined.ConnEvent) {

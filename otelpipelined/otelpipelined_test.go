@@ -156,6 +156,9 @@ func TestObserverEvents(t *testing.T) {
 	for _, v := range []string{"bounded", "stream", "bounded"} {
 		obs.RouteLearned(pipelined.RouteEvent{Addr: "example.com:8080", Verdict: v})
 	}
+	// And what it decides for the host, twice.
+	obs.HostLearned(pipelined.HostEvent{Addr: "example.com:8080", Reason: "fallback"})
+	obs.HostLearned(pipelined.HostEvent{Addr: "example.com:8080", Pipelining: true})
 
 	const srv = "server.address=example.com,server.port=8080"
 	want := map[string]instrument{
@@ -191,6 +194,10 @@ func TestObserverEvents(t *testing.T) {
 		"pipelined.client.route.verdicts": {unit: "{change}", kind: "sum", points: []point{
 			{"pipelined.route.verdict=bounded," + srv, "2"},
 			{"pipelined.route.verdict=stream," + srv, "1"},
+		}},
+		"pipelined.client.host.decisions": {unit: "{change}", kind: "sum", points: []point{
+			{"pipelined.host.decision=fallback," + srv, "1"},
+			{"pipelined.host.decision=pipelined," + srv, "1"},
 		}},
 	}
 	got := collect(t, reader)
