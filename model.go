@@ -273,7 +273,11 @@ func (m *hostModel) noteAnswer(c routeClass, now monoTime, kind answerKind, head
 }
 
 // noteHeadWait records how long an answer held its connection's head.
-func (m *hostModel) noteHeadWait(wait time.Duration) { m.heads.note(wait) }
+func (m *hostModel) noteHeadWait(wait time.Duration) {
+	if !m.fixed {
+		m.heads.note(wait)
+	}
+}
 
 // count adds d to the tallies of s's verdict.
 func (m *hostModel) count(s *classStats, d int) {
@@ -718,11 +722,17 @@ func (m *hostModel) noteRoundTrip(d time.Duration) {
 
 // noteBody adds an answer's body of n bytes: one of declared length at its
 // head, a chunked one read whole at its end.
-func (m *hostModel) noteBody(n int64) { m.body.add(max(float64(n), 1)) }
+func (m *hostModel) noteBody(n int64) {
+	if !m.fixed {
+		m.body.add(max(float64(n), 1))
+	}
+}
 
 // noteOrder records a pipelined answer (serviceOrder.note).
 func (m *hostModel) noteOrder(now time.Time, gap, writeGap, shadow time.Duration) {
-	m.order.note(now, gap, writeGap, shadow)
+	if !m.fixed {
+		m.order.note(now, gap, writeGap, shadow)
+	}
 }
 
 // The duplicate budget. Every copy of a request sent while its original

@@ -549,3 +549,127 @@ func TestDuplicateBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestHostModelScenarios replays the situations the host-wide estimates
+// are for into a model under a fake clock (time advances 1 ms per
+// observation), and checks what it decides after: the depth (of 4),
+// whether the pipelining threshold holds back dials (gains), the serial
+// verdict, the depth fallback and the per-connection budget.
+func TestHostModelScenarios(t *testing.T) {
+	const ms, us = time.Millisecond, time.Microsecond
+	type decision struct {
+		depth                   int
+		gains, serial, fallback bool
+		budget                  int
+	}
+	pipelined := decision{depth: 4, gains: true}
+	// answers notes n pipelined answers, each head wait taken from waits in
+	// turn, written right behind the one ahead and answered gap after it.
+	answers := func(n int, gap time.Duration, waits ...time.Duration) func(*hostModel, *time.Time) {
+		return func(m *hostModel, now *time.Time) {
+			for i := range n {
+				*now = now.Add(ms)
+				m.noteHeadWait(waits[i%len(waits)])
+				m.noteOrder(*now, gap, 0, 0)
+				m.noteBody(128)
+			}
+		}
+	}
+	// mixedLoad notes pipelined answers of a load where two in five service
+	// times are 30 ms, the rest 50 µs: behind quick answers and slow ones
+	// alike from a serial server, mostly behind quick ones from a concurrent
+	// one.
+	mixedLoad := func(serial bool) func(*hostModel, *time.Time) {
+		return func(m *hostModel, now *time.Time) {
+			for i := range 8 * memory {
+				*now = now.Add(ms)
+				gap, shadow := 50*us, 100*us
+				if i%2 == 1 {
+					shadow = 50 * ms
+				}
+				if k := (i / 2) % 5; (k == 0 || k == 3) && (i%2 == 0 || serial) {
+					gap = 30 * ms
+				}
+				m.noteHeadWait(max(gap, 100*us))
+				m.noteOrder(*now, gap, ms, shadow)
+			}
+		}
+	}
+	failures := func(proven bool, every time.Duration, n int) func(*hostModel, *time.Time) {
+		return func(m *hostModel, now *time.Time) {
+			m.proven = proven
+			for range n {
+				*now = now.Add(every)
+				m.noteFailure(*now, false)
+			}
+		}
+	}
+	wait := func(d time.Duration) func(*hostModel, *time.Time) {
+		return func(_ *hostModel, now *time.Time) { *now = now.Add(d) }
+	}
+	for _, tt := range []struct {
+		name  string
+		fixed bool
+		steps []func(*hostModel, *time.Time)
+		want  decision
+	}{
+		{"nothing seen", false, nil, pipelined},
+		{"concurrent server, quick answers", false, []func(*hostModel, *time.Time){answers(500, 10*us, ms)}, pipelined},
+		{"serial server, 10 ms: not worth a pipeline beyond one behind, dials", false,
+			[]func(*hostModel, *time.Time){answers(2*memory, 10*ms, 10*ms)}, decision{depth: 2, serial: true}},
+		{"serial server, 0.5 ms: one behind, still pipelined", false,
+			[]func(*hostModel, *time.Time){answers(2*memory, 500*us, 500*us)}, decision{depth: 2, gains: true, serial: true}},
+		{"serial verdict expires", false,
+			[]func(*hostModel, *time.Time){answers(2*memory, 10*ms, 10*ms), wait(verdictFor)}, pipelined},
+		{"one late answer in a thousand turns nothing", false,
+			[]func(*hostModel, *time.Time){answers(2000, 10*us, append(slices.Repeat([]time.Duration{30 * ms}, 999), time.Second)...)}, pipelined},
+		{"1% late at 200 ms: dials rather than wait behind heads", false,
+			[]func(*hostModel, *time.Time){answers(2000, 10*us, append(slices.Repeat([]time.Duration{ms}, 99), 200*ms)...)}, decision{depth: 4}},
+		{"mixed service times, serial server (a Go backend): not pipelined", false,
+			[]func(*hostModel, *time.Time){func(m *hostModel, _ *time.Time) { m.noteRoundTrip(100 * us) }, mixedLoad(true)}, decision{depth: 1, serial: true}},
+		{"mixed service times, concurrent server (Node)", false,
+			[]func(*hostModel, *time.Time){mixedLoad(false)}, pipelined},
+		{"drops what is pipelined (gthread): the first failure", false,
+			[]func(*hostModel, *time.Time){failures(false, ms, 1)}, decision{depth: 1, gains: true, fallback: true}},
+		{"the fallback ends", false,
+			[]func(*hostModel, *time.Time){failures(false, ms, 1), wait(verdictFor)}, pipelined},
+		{"proven: three failures within a minute", false,
+			[]func(*hostModel, *time.Time){failures(true, 10*time.Second, 3)}, decision{depth: 1, gains: true, fallback: true}},
+		{"proven: a failure every 40 s", false,
+			[]func(*hostModel, *time.Time){failures(true, 40*time.Second, 5)}, pipelined},
+		{"nginx keepalive_requests 100: announced twice", false,
+			[]func(*hostModel, *time.Time){func(m *hostModel, _ *time.Time) { m.budget.noteAnnouncedClose(100); m.budget.noteAnnouncedClose(100) }},
+			decision{depth: 4, gains: true, budget: 100}},
+		{"closes after one answer without notice (hypercorn 0.13)", false,
+			[]func(*hostModel, *time.Time){func(m *hostModel, now *time.Time) { m.budget.noteQuietClose(1, *now); m.budget.noteQuietClose(1, *now) }},
+			decision{depth: 4, gains: true, budget: 1}},
+		{"a quiet budget is learned again after a minute", false,
+			[]func(*hostModel, *time.Time){func(m *hostModel, now *time.Time) { m.budget.noteQuietClose(1, *now); m.budget.noteQuietClose(1, *now) }, wait(verdictFor + ms)},
+			pipelined},
+		{"resets at random counts (a faulty network)", false,
+			[]func(*hostModel, *time.Time){func(m *hostModel, now *time.Time) {
+				for _, n := range []int{3, 7, 2, 5, 9} {
+					m.budget.noteQuietClose(n, *now)
+				}
+			}}, pipelined},
+		{"large answers (256 KiB)", false,
+			[]func(*hostModel, *time.Time){func(m *hostModel, _ *time.Time) {
+				for range memory {
+					m.noteBody(256 << 10)
+				}
+			}}, decision{depth: 2, gains: true}},
+		{"fixed policy: a serial server with late answers changes nothing", true,
+			[]func(*hostModel, *time.Time){answers(2*memory, 10*ms, 10*ms, time.Second)}, pipelined},
+	} {
+		m := newHostModel(tt.fixed)
+		now := time.Unix(0, 0)
+		for _, step := range tt.steps {
+			step(&m, &now)
+		}
+		got := decision{depth: m.depth(4, now), gains: m.gains(now), serial: m.order.serial(now),
+			fallback: m.inFallback(now), budget: m.budget.at(now)}
+		if got != tt.want {
+			t.Errorf("%s: %+v, want %+v", tt.name, got, tt.want)
+		}
+	}
+}
