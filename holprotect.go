@@ -287,10 +287,9 @@ func (p *hostPool) probeLost(c *pconn, a *attempt) {
 	if !unread {
 		return // answered late, or the connection ended
 	}
-	now := time.Now()
 	p.mu.Lock()
-	if m := &p.model; !m.proven && !m.inFallback(now) {
-		m.fallBack(now)
+	if m := &p.model; !m.proven && !m.inFallback() {
+		m.fallBack()
 	}
 	ch := p.takeModelChangesLocked()
 	p.mu.Unlock()
@@ -315,7 +314,7 @@ func (p *hostPool) depthLocked() int {
 		// requests untouched and are pipelined as a direct connection.
 		return 1
 	}
-	return p.model.depth(p.t.depth, time.Now())
+	return p.model.depth(p.t.depth)
 }
 
 // notePipelineFailure is called when c failed with err while unanswered
@@ -330,7 +329,7 @@ func (p *hostPool) notePipelineFailure(err error, unanswered int, headIdle, head
 		return
 	}
 	p.mu.Lock()
-	p.model.noteFailure(time.Now(), !headIdle && headSlow)
+	p.model.noteFailure(!headIdle && headSlow)
 	ch := p.takeModelChangesLocked()
 	p.mu.Unlock()
 	p.observeModel(ch)

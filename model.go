@@ -175,6 +175,11 @@ type classStats struct {
 // hostModel is one host's model: its route classes, and the host-wide
 // estimates (below) every other decision reads.
 type hostModel struct {
+	// clock is the model's clock (time.Now if nil; tests inject a fake
+	// one). It is read only where a verdict with an end is in force or
+	// is given, so that a host with none costs no clock read.
+	clock func() time.Time
+
 	fixed   bool // learns nothing: every class may be followed
 	classes map[routeClass]*classStats
 	streams int // classes whose last answer was a stream
@@ -201,6 +206,14 @@ type hostModel struct {
 
 func newHostModel(fixed bool) hostModel {
 	return hostModel{fixed: fixed}
+}
+
+// now reads the model's clock.
+func (m *hostModel) now() time.Time {
+	if m.clock != nil {
+		return m.clock()
+	}
+	return time.Now()
 }
 
 // follow returns whether requests may be written behind one of class c.
@@ -531,8 +544,8 @@ type serviceOrder struct {
 	mixGap     estimate // of every pipelined answer's gap of serialGapMin or more, in ns
 	afterQuick estimate // rate of long gaps behind answers that ended clearly soon
 	afterSlow  estimate // and behind answers that ended clearly late
-	until      time.Time
-	mixed      bool // the verdict came from the mixed rates (serialDepth)
+	until      time.Time // the serial verdict's end; zero if none
+	mixed      bool      // the verdict came from the mixed rates (serialDepth)
 }
 
 // order is what the mixed rates say of a host (mixedOrder).
@@ -561,10 +574,20 @@ func mixedOrder(afterQuick, afterSlow estimate) order {
 	return orderUnsure
 }
 
+// orderVerdict is what an answer does to the serial verdict.
+type orderVerdict int
+
+const (
+	verdictKept    orderVerdict = iota // as it was, until it expires
+	verdictGiven                       // given or renewed, for verdictFor from now
+	verdictRevoked                     // revoked
+)
+
 // note records the answer of a pipelined request that arrived gap after
 // the answer ahead of it ended, and was written writeGap after the
-// request ahead of it, shadow before that answer ended.
-func (o *serviceOrder) note(now time.Time, gap, writeGap, shadow time.Duration) {
+// request ahead of it, shadow before that answer ended, and returns what
+// it does to the serial verdict (the caller sets until).
+func (o *serviceOrder) note(gap, writeGap, shadow time.Duration) orderVerdict {
 	long := gap >= longGap
 	switch {
 	case shadow < longGap/clearly:
@@ -584,11 +607,13 @@ func (o *serviceOrder) note(now time.Time, gap, writeGap, shadow time.Duration) 
 	}
 	switch mixedOrder(o.afterQuick, o.afterSlow) {
 	case orderSerial:
-		o.until, o.mixed = now.Add(verdictFor), true
+		o.mixed = true
+		return verdictGiven
 	case orderConcurrent:
-		o.until, o.mixed = time.Time{}, false
+		o.mixed = false
+		return verdictRevoked
 	case orderUnsure:
-		// Neither: the verdict holds until it expires.
+		return verdictKept // neither: the verdict holds until it expires
 	default:
 		o.mixed = false
 		// A verdict once the score is known, renewed while the evidence
@@ -596,21 +621,15 @@ func (o *serviceOrder) note(now time.Time, gap, writeGap, shadow time.Duration) 
 		// requests at once (the verdict was wrong, or the server
 		// changed). A single sample may mislead either way: answers read
 		// late come together.
-		if !scored || !o.score.known() {
-			return
-		}
 		switch {
+		case !scored || !o.score.known():
 		case o.score.v >= serialOn:
-			o.until = now.Add(verdictFor)
+			return verdictGiven
 		case o.score.v < serialOff:
-			o.until = time.Time{}
+			return verdictRevoked
 		}
+		return verdictKept
 	}
-}
-
-// serial reports whether the verdict "one request at a time" holds at now.
-func (o *serviceOrder) serial(now time.Time) bool {
-	return !o.until.IsZero() && now.Before(o.until)
 }
 
 // serviceGap is the host's service time as its answers show it, for a
@@ -683,15 +702,15 @@ func bytesDepth(depth int, avg float64) int {
 // one: 1 while it is in fallback after pipeline failures, fewer behind a
 // serial server's head (serialDepth), and fewer when its answers are
 // large (bytesDepth).
-func (m *hostModel) depth(configured int, now time.Time) int {
-	if configured > 1 && now.Before(m.fallbackUntil) {
+func (m *hostModel) depth(configured int) int {
+	if configured > 1 && m.inFallback() {
 		return 1
 	}
 	if m.fixed || configured <= 1 {
 		return configured
 	}
 	d := configured
-	if m.order.serial(now) {
+	if m.serial() {
 		d = serialDepth(d, m.rtt, m.order.serviceGap(), m.order.mixed)
 	}
 	return bytesDepth(d, m.body.v)
@@ -702,14 +721,14 @@ func (m *hostModel) depth(configured int, now time.Time) int {
 // pipelineable requests: not while what waits behind its heads waits out
 // late ones, nor while it runs requests one at a time with service times
 // of serialDialGap or more.
-func (m *hostModel) gains(now time.Time) bool {
+func (m *hostModel) gains() bool {
 	if m.fixed {
 		return true
 	}
 	if m.heads.mixed {
 		return false
 	}
-	return !m.order.serial(now) || m.order.serviceGap() < serialDialGap
+	return !m.serial() || m.order.serviceGap() < serialDialGap
 }
 
 // noteRoundTrip records a successful dial that took d: the shortest is
@@ -729,10 +748,21 @@ func (m *hostModel) noteBody(n int64) {
 }
 
 // noteOrder records a pipelined answer (serviceOrder.note).
-func (m *hostModel) noteOrder(now time.Time, gap, writeGap, shadow time.Duration) {
-	if !m.fixed {
-		m.order.note(now, gap, writeGap, shadow)
+func (m *hostModel) noteOrder(gap, writeGap, shadow time.Duration) {
+	if m.fixed {
+		return
 	}
+	switch m.order.note(gap, writeGap, shadow) {
+	case verdictGiven:
+		m.order.until = m.now().Add(verdictFor)
+	case verdictRevoked:
+		m.order.until = time.Time{}
+	}
+}
+
+// serial reports whether the verdict "one request at a time" is in force.
+func (m *hostModel) serial() bool {
+	return !m.order.until.IsZero() && m.now().Before(m.order.until)
 }
 
 // The duplicate budget. Every copy of a request sent while its original
@@ -758,7 +788,7 @@ func (m *hostModel) mayDuplicate() bool { return m.dup >= 1 }
 // spend takes n duplicates from the budget.
 func (m *hostModel) spend(n int) { m.dup -= float64(n) }
 
-// earlyAfter returns the head-of-line threshold of a request placed at now
+// earlyAfter returns the head-of-line threshold of a request placed now
 // (attempt.holAfter): for a host that runs a connection's requests one at
 // a time, lateWaits of its service times (at least margin quick waits)
 // while the budget allows a duplicate, so that the safe requests behind a
@@ -770,8 +800,8 @@ func (m *hostModel) spend(n int) { m.dup -= float64(n) }
 // already: re-sent at the late wait, it cost the server 2% more requests
 // and the slowest requests a second late head (p99.9 1.6 times as long, 1%
 // of answers after 200 ms), for 4-19% more requests per second.
-func (m *hostModel) earlyAfter(now time.Time, hol time.Duration) time.Duration {
-	if m.fixed || hol <= 0 || !m.mayDuplicate() || !m.order.serial(now) {
+func (m *hostModel) earlyAfter(hol time.Duration) time.Duration {
+	if m.fixed || hol <= 0 || !m.mayDuplicate() || !m.serial() {
 		return 0
 	}
 	gap := m.order.serviceGap()
@@ -809,14 +839,15 @@ func (m *hostModel) probeWait(hol time.Duration) time.Duration { return m.lateAf
 // Such a server costs one stall per verdictFor: the probe that finds it out
 // again.
 
-// noteFailure records a pipeline failure at now: headSlow, its oldest
-// request, pipelined, had waited past the head-of-line timeout.
-func (m *hostModel) noteFailure(now time.Time, headSlow bool) {
+// noteFailure records a pipeline failure: headSlow, its oldest request,
+// pipelined, had waited past the head-of-line timeout.
+func (m *hostModel) noteFailure(headSlow bool) {
+	now := m.now()
 	if now.Before(m.fallbackUntil) {
 		return // pipelined before the fallback began
 	}
 	if !m.proven || headSlow {
-		m.fallBack(now)
+		m.fallBack()
 		return
 	}
 	// Keep the times of the last fallbackAfter failures.
@@ -825,27 +856,29 @@ func (m *hostModel) noteFailure(now time.Time, headSlow bool) {
 		m.failures = m.failures[len(m.failures)-fallbackAfter:]
 	}
 	if len(m.failures) == fallbackAfter && now.Sub(m.failures[0]) <= verdictFor {
-		m.fallBack(now)
+		m.fallBack()
 	}
 }
 
 // fallBack puts the host at depth 1 from now for verdictFor; it is not
 // proven after.
-func (m *hostModel) fallBack(now time.Time) {
-	m.fallbackUntil = now.Add(verdictFor)
+func (m *hostModel) fallBack() {
+	m.fallbackUntil = m.now().Add(verdictFor)
 	m.proven, m.probeCopied = false, false
 	m.failures = m.failures[:0]
 }
 
-// inFallback reports whether the host is in a depth fallback at now.
-func (m *hostModel) inFallback(now time.Time) bool { return now.Before(m.fallbackUntil) }
+// inFallback reports whether the host is in a depth fallback.
+func (m *hostModel) inFallback() bool {
+	return !m.fallbackUntil.IsZero() && m.now().Before(m.fallbackUntil)
+}
 
 // learned reports whether the model holds something about its host that a
 // new one would have to learn again at a cost to requests: a
 // per-connection budget, recent pipeline failures or a depth fallback, or
 // evidence of a serial server.
-func (m *hostModel) learned(now time.Time) bool {
-	return m.budget.learned() || len(m.failures) > 0 || m.inFallback(now) || m.order.serial(now) ||
+func (m *hostModel) learned() bool {
+	return m.budget.learned() || len(m.failures) > 0 || m.inFallback() || m.serial() ||
 		m.order.score.n > 0 && m.order.score.v >= serialOff
 }
 
@@ -875,9 +908,10 @@ type connBudget struct {
 	closeAt      int // the count at which the server last closed a connection it announced closing
 }
 
-// at returns the budget at now (0: none).
-func (b *connBudget) at(now time.Time) int {
-	if b.n > 0 && !b.until.IsZero() && now.After(b.until) {
+// connBudget returns the per-connection budget (0: none).
+func (m *hostModel) connBudget() int {
+	b := &m.budget
+	if b.n > 0 && !b.until.IsZero() && m.now().After(b.until) {
 		b.n, b.quiet, b.until = 0, 0, time.Time{}
 	}
 	return b.n
@@ -895,10 +929,13 @@ func (b *connBudget) noteAnnouncedClose(place int) {
 // noteQuietClose records a connection the server closed without notice
 // right after its answered-th answer, reporting whether that made the
 // budget.
-func (b *connBudget) noteQuietClose(answered int, now time.Time) (learned bool) {
-	if b.quiet == answered && (b.n == 0 || answered < b.n) && now.After(b.noQuietUntil) {
-		b.n, b.until = answered, now.Add(verdictFor)
-		learned = true
+func (m *hostModel) noteQuietClose(answered int) (learned bool) {
+	b := &m.budget
+	if b.quiet == answered && (b.n == 0 || answered < b.n) {
+		if now := m.now(); now.After(b.noQuietUntil) {
+			b.n, b.until = answered, now.Add(verdictFor)
+			learned = true
+		}
 	}
 	b.quiet = answered
 	return learned
@@ -907,13 +944,14 @@ func (b *connBudget) noteQuietClose(answered int, now time.Time) (learned bool) 
 // noteServed records a connection that has answered served requests: a
 // count above one at which others closed without notice says that count
 // is not the server's budget.
-func (b *connBudget) noteServed(served int, now time.Time) {
+func (m *hostModel) noteServed(served int) {
+	b := &m.budget
 	if b.quiet > 0 && served > b.quiet {
 		b.quiet = 0
 	}
 	if !b.until.IsZero() && served > b.n {
 		b.n, b.until = 0, time.Time{}
-		b.noQuietUntil = now.Add(verdictFor)
+		b.noQuietUntil = m.now().Add(verdictFor)
 	}
 }
 

@@ -288,16 +288,16 @@ func TestSerialVerdict(t *testing.T) {
 		{"score's verdict overruled by mixed evidence", append(mixed(4*memory, false), rep(5, s{ms, 0, 0})...), false, false},
 	}
 	for _, tt := range tests {
-		var o serviceOrder
-		now := time.Unix(0, 0)
+		clock := newFakeClock()
+		m := hostModel{clock: clock.now}
 		for _, a := range tt.answers {
-			now = now.Add(time.Millisecond)
-			o.note(now, a.gap, a.writeGap, a.shadow)
+			clock.advance(time.Millisecond)
+			m.noteOrder(a.gap, a.writeGap, a.shadow)
 		}
-		if got := o.serial(now); got != tt.want {
-			t.Errorf("%s: serial = %v (score %.2f), want %v", tt.name, got, o.score.v, tt.want)
+		if got := m.serial(); got != tt.want {
+			t.Errorf("%s: serial = %v (score %.2f), want %v", tt.name, got, m.order.score.v, tt.want)
 		}
-		if got := o.serial(now) && o.mixed; got != tt.mixed {
+		if got := m.serial() && m.order.mixed; got != tt.mixed {
 			t.Errorf("%s: serial and mixed = %v, want %v", tt.name, got, tt.mixed)
 		}
 	}
@@ -306,20 +306,30 @@ func TestSerialVerdict(t *testing.T) {
 // TestSerialVerdictExpires: the serial verdict holds verdictFor after its
 // last evidence.
 func TestSerialVerdictExpires(t *testing.T) {
-	var o serviceOrder
-	now := time.Unix(0, 0)
+	clock := newFakeClock()
+	m := hostModel{clock: clock.now}
 	for range memory {
-		o.note(now, time.Millisecond, 0, 0)
+		m.noteOrder(time.Millisecond, 0, 0)
 	}
+	var after time.Duration
 	for _, tt := range []struct {
 		after time.Duration
 		want  bool
 	}{{0, true}, {verdictFor - time.Second, true}, {verdictFor, false}} {
-		if got := o.serial(now.Add(tt.after)); got != tt.want {
+		clock.advance(tt.after - after)
+		after = tt.after
+		if got := m.serial(); got != tt.want {
 			t.Errorf("serial %v after the last evidence = %v, want %v", tt.after, got, tt.want)
 		}
 	}
 }
+
+// fakeClock is a model's clock in tests: it moves only when told.
+type fakeClock struct{ t time.Time }
+
+func newFakeClock() *fakeClock               { return &fakeClock{t: time.Unix(0, 0)} }
+func (c *fakeClock) now() time.Time          { return c.t }
+func (c *fakeClock) advance(d time.Duration) { c.t = c.t.Add(d) }
 
 // TestMixedOrder: mixedOrder(afterQuick, afterSlow) = got, want want.
 func TestMixedOrder(t *testing.T) {
@@ -475,14 +485,14 @@ func TestFallback(t *testing.T) {
 		{"proven: three within verdictFor", true, []time.Duration{0, 20 * s, 40 * s}, false, true, 40 * s},
 		{"proven: three spread wider", true, []time.Duration{0, 40 * s, 80 * s}, false, false, 0},
 	} {
-		var m hostModel
-		m.proven = tt.proven
-		start := time.Unix(0, 0)
+		clock := newFakeClock()
+		m := hostModel{clock: clock.now, proven: tt.proven}
+		start := clock.now()
 		for _, at := range tt.at {
-			m.noteFailure(start.Add(at), tt.slow)
+			clock.t = start.Add(at)
+			m.noteFailure(tt.slow)
 		}
-		last := start.Add(tt.at[len(tt.at)-1])
-		if got := m.inFallback(last); got != tt.want {
+		if got := m.inFallback(); got != tt.want {
 			t.Errorf("%s: in fallback = %v, want %v", tt.name, got, tt.want)
 			continue
 		}
@@ -492,8 +502,10 @@ func TestFallback(t *testing.T) {
 		if want := start.Add(tt.wantFrom + verdictFor); !m.fallbackUntil.Equal(want) {
 			t.Errorf("%s: fallback until %v, want %v", tt.name, m.fallbackUntil.Sub(start), want.Sub(start))
 		}
-		if m.proven || m.depth(4, last) != 1 || m.depth(4, m.fallbackUntil) != 4 {
-			t.Errorf("%s: proven %v, depth %d then %d after, want false, 1, 4", tt.name, m.proven, m.depth(4, last), m.depth(4, m.fallbackUntil))
+		during := m.depth(4)
+		clock.t = m.fallbackUntil
+		if after := m.depth(4); m.proven || during != 1 || after != 4 {
+			t.Errorf("%s: proven %v, depth %d then %d after, want false, 1, 4", tt.name, m.proven, during, after)
 		}
 	}
 }
@@ -503,16 +515,22 @@ func TestFallback(t *testing.T) {
 // placed, each re-send spending one; then nothing is left for a copy of a
 // late head either.
 func TestDuplicateBudget(t *testing.T) {
-	now := time.Unix(0, 0)
-	var serial serviceOrder
-	for range memory {
-		serial.note(now, time.Millisecond, 0, 0) // a serial host, 1 ms of service
+	clock := newFakeClock()
+	// orderOf returns the service order of a serial host whose service
+	// time is gap.
+	orderOf := func(gap time.Duration) serviceOrder {
+		m := hostModel{clock: clock.now}
+		for range memory {
+			m.noteOrder(gap, 0, 0)
+		}
+		return m.order
 	}
-	m := hostModel{order: serial}
+	serial := orderOf(time.Millisecond)
+	m := hostModel{clock: clock.now, order: serial}
 	early := 0
 	for range 1000 {
 		m.earn()
-		if d := m.earlyAfter(now, time.Second); d > 0 {
+		if d := m.earlyAfter(time.Second); d > 0 {
 			if want := lateWaits * time.Millisecond; d != want {
 				t.Fatalf("earlyAfter = %v, want %v", d, want)
 			}
@@ -526,10 +544,7 @@ func TestDuplicateBudget(t *testing.T) {
 	if m.mayDuplicate() {
 		t.Errorf("duplicate budget %v after the re-sends, want below 1", m.dup)
 	}
-	var quick serviceOrder
-	for range memory {
-		quick.note(now, 300*time.Microsecond, 0, 0) // 0.3 ms of service
-	}
+	quick := orderOf(300 * time.Microsecond)
 	for _, tt := range []struct {
 		name string
 		m    hostModel
@@ -544,7 +559,8 @@ func TestDuplicateBudget(t *testing.T) {
 		{"HeadOfLineTimeout sooner", hostModel{dup: hedgeBurst, order: serial}, 15 * time.Millisecond, 0},
 		{"fixed policy", hostModel{fixed: true, dup: hedgeBurst, order: serial}, time.Second, 0},
 	} {
-		if got := tt.m.earlyAfter(now, tt.hol); got != tt.want {
+		tt.m.clock = clock.now
+		if got := tt.m.earlyAfter(tt.hol); got != tt.want {
 			t.Errorf("%s: earlyAfter(%v) = %v, want %v", tt.name, tt.hol, got, tt.want)
 		}
 	}
@@ -570,7 +586,7 @@ func TestHostModelScenarios(t *testing.T) {
 			for i := range n {
 				*now = now.Add(ms)
 				m.noteHeadWait(waits[i%len(waits)])
-				m.noteOrder(*now, gap, 0, 0)
+				m.noteOrder(gap, 0, 0)
 				m.noteBody(128)
 			}
 		}
@@ -591,7 +607,7 @@ func TestHostModelScenarios(t *testing.T) {
 					gap = 30 * ms
 				}
 				m.noteHeadWait(max(gap, 100*us))
-				m.noteOrder(*now, gap, ms, shadow)
+				m.noteOrder(gap, ms, shadow)
 			}
 		}
 	}
@@ -600,7 +616,7 @@ func TestHostModelScenarios(t *testing.T) {
 			m.proven = proven
 			for range n {
 				*now = now.Add(every)
-				m.noteFailure(*now, false)
+				m.noteFailure(false)
 			}
 		}
 	}
@@ -641,15 +657,15 @@ func TestHostModelScenarios(t *testing.T) {
 			[]func(*hostModel, *time.Time){func(m *hostModel, _ *time.Time) { m.budget.noteAnnouncedClose(100); m.budget.noteAnnouncedClose(100) }},
 			decision{depth: 4, gains: true, budget: 100}},
 		{"closes after one answer without notice (hypercorn 0.13)", false,
-			[]func(*hostModel, *time.Time){func(m *hostModel, now *time.Time) { m.budget.noteQuietClose(1, *now); m.budget.noteQuietClose(1, *now) }},
+			[]func(*hostModel, *time.Time){func(m *hostModel, now *time.Time) { m.noteQuietClose(1); m.noteQuietClose(1) }},
 			decision{depth: 4, gains: true, budget: 1}},
 		{"a quiet budget is learned again after a minute", false,
-			[]func(*hostModel, *time.Time){func(m *hostModel, now *time.Time) { m.budget.noteQuietClose(1, *now); m.budget.noteQuietClose(1, *now) }, wait(verdictFor + ms)},
+			[]func(*hostModel, *time.Time){func(m *hostModel, now *time.Time) { m.noteQuietClose(1); m.noteQuietClose(1) }, wait(verdictFor + ms)},
 			pipelined},
 		{"resets at random counts (a faulty network)", false,
 			[]func(*hostModel, *time.Time){func(m *hostModel, now *time.Time) {
 				for _, n := range []int{3, 7, 2, 5, 9} {
-					m.budget.noteQuietClose(n, *now)
+					m.noteQuietClose(n)
 				}
 			}}, pipelined},
 		{"large answers (256 KiB)", false,
@@ -663,11 +679,12 @@ func TestHostModelScenarios(t *testing.T) {
 	} {
 		m := newHostModel(tt.fixed)
 		now := time.Unix(0, 0)
+		m.clock = func() time.Time { return now }
 		for _, step := range tt.steps {
 			step(&m, &now)
 		}
-		got := decision{depth: m.depth(4, now), gains: m.gains(now), serial: m.order.serial(now),
-			fallback: m.inFallback(now), budget: m.budget.at(now)}
+		got := decision{depth: m.depth(4), gains: m.gains(), serial: m.serial(),
+			fallback: m.inFallback(), budget: m.connBudget()}
 		if got != tt.want {
 			t.Errorf("%s: %+v, want %+v", tt.name, got, tt.want)
 		}

@@ -194,11 +194,10 @@ func (p *hostPool) noteDecisionLocked() {
 	if o == nil || o.HostLearned == nil || p.model.fixed || p.key.forwardProxy() {
 		return
 	}
-	now := time.Now()
 	m := &p.model
-	d := hostDecision{serial: m.order.serial(now), proven: m.proven}
+	d := hostDecision{serial: m.serial(), proven: m.proven}
 	switch {
-	case p.t.depth > 1 && m.inFallback(now):
+	case p.t.depth > 1 && m.inFallback():
 		d.reason = "fallback"
 	case m.heads.mixed:
 		d.reason = "late heads"
@@ -209,7 +208,7 @@ func (p *hostPool) noteDecisionLocked() {
 		return
 	}
 	p.decision = d
-	p.hostChanged = append(p.hostChanged, HostEvent{Time: now, Host: p.name, Addr: p.key.addr,
+	p.hostChanged = append(p.hostChanged, HostEvent{Time: m.now(), Host: p.name, Addr: p.key.addr,
 		Pipelining: d.reason == "", Reason: d.reason, Serial: d.serial, Proven: d.proven})
 }
 

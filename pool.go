@@ -331,7 +331,7 @@ func (p *hostPool) assignLocked(c *pconn, a *attempt) httptrace.GotConnInfo {
 			p.burst, p.burstTimed, p.burstStart = true, false, monoNow()
 		}
 	}
-	if b := p.model.budget.at(time.Now()); b > 0 && s.assigned >= b {
+	if b := p.model.connBudget(); b > 0 && s.assigned >= b {
 		p.retireLocked(c, CloseBudget)
 		s.atBudget = true
 	}
@@ -352,7 +352,7 @@ func (p *hostPool) assignLocked(c *pconn, a *attempt) httptrace.GotConnInfo {
 	m := &p.model
 	m.earn()
 	hol := p.t.holTimeout()
-	a.holAfter = m.earlyAfter(time.Now(), hol)
+	a.holAfter = m.earlyAfter(hol)
 	a.streamGap = margin * m.rtt
 	a.probeAfter = 0
 	if !m.proven && !m.fixed {
@@ -569,7 +569,7 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers, hold boo
 		p.gotHeadersLocked(c, a, closing)
 	}
 	if a.timed {
-		p.model.noteOrder(time.Now(), a.gap, a.writeGap, a.shadow)
+		p.model.noteOrder(a.gap, a.writeGap, a.shadow)
 	}
 	if a.headWait > 0 { // pipelineable requests only (pconn.send)
 		p.model.noteHeadWait(a.headWait)
@@ -591,7 +591,7 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers, hold boo
 	// closed without notice shows that count is not the server's budget
 	// (quietClosed): a server that keeps one closes every connection at
 	// it.
-	p.model.budget.noteServed(s.served, time.Now())
+	p.model.noteServed(s.served)
 	s.lastNoBody = a.noBody
 	if s.inflight == 0 {
 		s.probeDrain = false
@@ -763,7 +763,7 @@ func (p *hostPool) ended(c *pconn, err error, unanswered, answered int, headIdle
 		// 204, 304) may be the server's response to that answer
 		// (waitress closes after a HEAD whose application wrote no body,
 		// which it takes for a short one): not counted.
-		if p.model.budget.noteQuietClose(answered, time.Now()) {
+		if p.model.noteQuietClose(answered) {
 			spent = p.retireSpentLocked()
 		}
 	}
@@ -917,31 +917,30 @@ func (p *hostPool) learnedLocked() bool {
 	// That a host speaks HTTP/2 costs a new pool one dial at a time until
 	// its first connection says so, as for any host not known yet: not
 	// kept for it.
-	return p.model.learned(time.Now())
+	return p.model.learned()
 }
 
 // modelStatsLocked returns what Stats shows of the host's model, at the
 // host's current depth. p.mu is held.
 func (p *hostPool) modelStatsLocked(depth int) HostModel {
 	m := &p.model
-	now := time.Now()
 	s := HostModel{
 		Learning:      !m.fixed,
 		Routes:        len(m.classes),
 		StreamRoutes:  m.streams,
 		LateRoutes:    m.lates,
 		RoundTrip:     m.rtt,
-		ConnBudget:    m.budget.at(now),
+		ConnBudget:    m.connBudget(),
 		UsualHeadWait: m.heads.usualWait(),
 		LateAfter:     m.lateAfter(p.t.holTimeout()),
-		Serial:        !m.fixed && m.order.serial(now),
+		Serial:        !m.fixed && m.serial(),
 		Proven:        m.fixed || m.proven,
 		Pipelining:    true,
 	}
 	if s.Serial {
 		s.ServiceTime = m.order.serviceGap()
 	}
-	if m.inFallback(now) {
+	if m.inFallback() {
 		s.FallbackUntil = m.fallbackUntil
 	}
 	if !m.fixed {

@@ -720,5 +720,5 @@ func (p *hostPool) gainsLocked() bool {
 	if p.burst && time.Duration(monoNow()-p.burstStart) >= p.burstWaitLocked() {
 		return false // the burst had no answer within its wait
 	}
-	return p.model.gains(time.Now())
+	return p.model.gains()
 }

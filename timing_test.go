@@ -684,7 +684,7 @@ func TestTimerSerialHostEarlyResend(t *testing.T) {
 		serial := func() (bool, int) {
 			p.mu.Lock()
 			defer p.mu.Unlock()
-			return p.model.order.serial(time.Now()), p.depthLocked()
+			return p.model.serial(), p.depthLocked()
 		}
 		for i := 0; ; i++ {
 			memBurst(t, tr, 8)
@@ -770,8 +770,7 @@ func testTimerMixedSerialHost(t *testing.T, depth int) {
 		state := func() (serial, mixed bool, depth int) {
 			p.mu.Lock()
 			defer p.mu.Unlock()
-			o := &p.model.order
-			return o.serial(time.Now()), o.mixed, p.depthLocked()
+			return p.model.serial(), p.model.order.mixed, p.depthLocked()
 		}
 		for i := 0; ; i++ {
 			burst()
