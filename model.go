@@ -539,11 +539,11 @@ func (h *headWaits) note(wait time.Duration) {
 
 // serviceOrder is what the order of a host's pipelined answers says.
 type serviceOrder struct {
-	score      estimate // of scored samples: 1 if a service time apart, 0 if together
-	gap        estimate // of the score's serial gaps, in ns
-	mixGap     estimate // of every pipelined answer's gap of serialGapMin or more, in ns
-	afterQuick estimate // rate of long gaps behind answers that ended clearly soon
-	afterSlow  estimate // and behind answers that ended clearly late
+	score      estimate  // of scored samples: 1 if a service time apart, 0 if together
+	gap        estimate  // of the score's serial gaps, in ns
+	mixGap     estimate  // of every pipelined answer's gap of serialGapMin or more, in ns
+	afterQuick estimate  // rate of long gaps behind answers that ended clearly soon
+	afterSlow  estimate  // and behind answers that ended clearly late
 	until      time.Time // the serial verdict's end; zero if none
 	mixed      bool      // the verdict came from the mixed rates (serialDepth)
 }
