@@ -474,8 +474,10 @@ func (h *headWaits) lateAfter() time.Duration {
 }
 
 // note adds an answer that came wait after its request became the head
-// of its connection. The verdict turns on once the late average reaches
-// the usual wait, and off once it falls below it by margin.
+// of its connection. The verdict turns on once the late average, known
+// (memory answers: a late answer among a host's first few says nothing of
+// how often they come), reaches the usual wait, and off once it falls
+// below it by margin.
 func (h *headWaits) note(wait time.Duration) {
 	wait = max(wait, 1)
 	lateWait := 0.0
@@ -486,7 +488,7 @@ func (h *headWaits) note(wait time.Duration) {
 	}
 	h.late.add(lateWait)
 	switch {
-	case h.late.v >= h.usual.v:
+	case h.late.known() && h.late.v >= h.usual.v:
 		h.mixed = true
 	case h.late.v < h.usual.v/margin:
 		h.mixed = false

@@ -415,6 +415,7 @@ func TestHeadWaits(t *testing.T) {
 		{name: "varied, none late", pattern: []time.Duration{ms, 5 * ms, 2 * ms, 9 * ms}},
 		{name: "5 late, then 100 quick answers: still on", pattern: quickLateQuick(100, 5, 100), once: true, want: true},
 		{name: "5 late, then 300 quick answers: off again", pattern: quickLateQuick(100, 5, 300), once: true},
+		{name: "a late answer among the first few turns nothing", pattern: quickLateQuick(2, 1, 10), once: true},
 	} {
 		var h headWaits
 		n := 2000
