@@ -393,6 +393,17 @@ const (
 
 // Derived thresholds.
 const (
+	// scoreKnown is how many scored samples the serial score needs
+	// before it decides: a quarter of memory. The score is a run of
+	// alike samples (every pipelined answer of a serial server is one
+	// service time late), not a rate of rare events; trusted only after
+	// memory of them, a serial server under a closed loop, whose writes
+	// are seldom back to back, went a whole 8 s run of 1% slow answers
+	// without its verdict, pipelined 4 deep with no early re-send
+	// (0.92 times the requests per second of the engine that needed 5;
+	// with HedgeHeadOfLine 0.70).
+	scoreKnown = memory / clearly
+
 	// longGap is a pipelined answer's gap that is long (serviceOrder).
 	longGap = lateWaits * serialGapMin
 	// serialDialGap is the service time from which a serial host's
@@ -624,7 +635,7 @@ func (o *serviceOrder) note(gap, writeGap, shadow time.Duration) orderVerdict {
 		// changed). A single sample may mislead either way: answers read
 		// late come together.
 		switch {
-		case !scored || !o.score.known():
+		case !scored || o.score.n < scoreKnown:
 		case o.score.v >= serialOn:
 			return verdictGiven
 		case o.score.v < serialOff:

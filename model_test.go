@@ -272,10 +272,10 @@ func TestSerialVerdict(t *testing.T) {
 		want    bool
 		mixed   bool // the verdict came from the mixed rates: not pipelined (serialDepth)
 	}{
-		{"serial server, burst", rep(memory, s{ms, 0, 0}), true, false},
+		{"serial server, burst", rep(scoreKnown, s{ms, 0, 0}), true, false},
 		{"concurrent server, burst", rep(2*memory, s{10 * us, 0, 0}), false, false},
 		{"closed loop: writes spaced as answers", rep(2*memory, s{ms, ms, 0}), false, false},
-		{"too few", rep(memory-1, s{ms, 0, 0}), false, false},
+		{"too few", rep(scoreKnown-1, s{ms, 0, 0}), false, false},
 		{"still serial after a few answers that came together", append(rep(memory, s{ms, 0, 0}), rep(memory/2, s{10 * us, 0, 0})...), true, false},
 		{"revoked by answers that came together", append(rep(memory, s{ms, 0, 0}), rep(memory+memory/8, s{10 * us, 0, 0})...), false, false},
 		{"one answer read late does not revoke", append(append(rep(memory, s{ms, 0, 0}), s{0, 0, 0}), rep(2, s{ms, 0, 0})...), true, false},
