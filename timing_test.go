@@ -1285,7 +1285,7 @@ func TestTimerLateHeadsDial(t *testing.T) {
 				})}
 				tr := NewTransport(TransportOptions{DialContext: srv.dial, PipelineConnsPerHost: 1, PipelineDepth: 4, HeadOfLineTimeout: time.Hour})
 				defer tr.Close()
-				for range 20 {
+				for range memory { // the late average is known
 					if got := <-memGet(tr, "/x/1"); got != "/x/1" {
 						t.Fatalf("/x/1 = %q", got)
 					}
