@@ -342,7 +342,7 @@ func TestMixedOrder(t *testing.T) {
 		{"nothing yet", estimate{}, estimate{}, orderUnknown},
 		{"too few behind slow answers", known(0.4), estimate{n: memory - 1, v: 0.4}, orderUnknown},
 		{"too few behind quick answers", estimate{n: memory - 1, v: 0.4}, known(0.4), orderUnknown},
-		{"hardly any long answers", known(0.9 / memory), known(0), orderUnknown},
+		{"hardly any long answers", known(mixedMinRate * 0.9), known(0), orderUnknown},
 		{"as often behind slow answers", known(0.3), known(0.3), orderSerial},
 		{"at the serial threshold", known(0.5), known(0.3), orderSerial},
 		{"more often behind slow answers", known(0.2), known(0.5), orderSerial},
@@ -413,8 +413,8 @@ func TestHeadWaits(t *testing.T) {
 		{name: "0.1% after 1 s, the rest after 30 ms", pattern: append(slices.Repeat([]time.Duration{30 * ms}, 999), time.Second)},
 		{name: "all after 200 ms", pattern: []time.Duration{200 * ms}},
 		{name: "varied, none late", pattern: []time.Duration{ms, 5 * ms, 2 * ms, 9 * ms}},
-		{name: "5 late, then 100 quick answers: still on", pattern: quickLateQuick(100, 5, 100), once: true, want: true},
-		{name: "5 late, then 300 quick answers: off again", pattern: quickLateQuick(100, 5, 300), once: true},
+		{name: "5 late, then 300 quick answers: still on", pattern: quickLateQuick(memory, 5, 300), once: true, want: true},
+		{name: "5 late, then 700 quick answers: off again", pattern: quickLateQuick(memory, 5, 700), once: true},
 		{name: "a late answer among the first few turns nothing", pattern: quickLateQuick(2, 1, 10), once: true},
 	} {
 		var h headWaits
