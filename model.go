@@ -412,6 +412,13 @@ const (
 	// (0.92 times the requests per second of the engine that needed 5;
 	// with HedgeHeadOfLine 0.70).
 	scoreKnown = memory / clearly
+	// scoreOn and scoreOff: the score gives the serial verdict at three
+	// samples in four, clearly serial, and revokes it below one in four.
+	// A score is a share of samples, not a ratio of rates (serialOn): at
+	// 0.6, a few answers spaced by a busy machine's scheduling would make
+	// a server that runs requests at once serial.
+	scoreOn  = 1 - 1.0/clearly
+	scoreOff = 1.0 / clearly
 
 	// longGap is a pipelined answer's gap that is long (serviceOrder).
 	longGap = lateWaits * serialGapMin
@@ -644,9 +651,9 @@ func (o *serviceOrder) note(gap, writeGap, shadow time.Duration) orderVerdict {
 		// late come together.
 		switch {
 		case !scored || o.score.n < scoreKnown:
-		case o.score.v >= serialOn:
+		case o.score.v >= scoreOn:
 			return verdictGiven
-		case o.score.v < serialOff:
+		case o.score.v < scoreOff:
 			return verdictRevoked
 		}
 		return verdictKept
@@ -900,7 +907,7 @@ func (m *hostModel) inFallback() bool {
 // evidence of a serial server.
 func (m *hostModel) learned() bool {
 	return m.budget.learned() || len(m.failures) > 0 || m.inFallback() || m.serial() ||
-		m.order.score.n > 0 && m.order.score.v >= serialOff
+		m.order.score.n > 0 && m.order.score.v >= scoreOff
 }
 
 // The per-connection budget. A server that closes each connection after a

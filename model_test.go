@@ -277,7 +277,7 @@ func TestSerialVerdict(t *testing.T) {
 		{"closed loop: writes spaced as answers", rep(2*memory, s{ms, ms, 0}), false, false},
 		{"too few", rep(scoreKnown-1, s{ms, 0, 0}), false, false},
 		{"still serial after a few answers that came together", append(rep(memory, s{ms, 0, 0}), rep(memory/2, s{10 * us, 0, 0})...), true, false},
-		{"revoked by answers that came together", append(rep(memory, s{ms, 0, 0}), rep(memory+memory/8, s{10 * us, 0, 0})...), false, false},
+		{"revoked by answers that came together", append(rep(memory, s{ms, 0, 0}), rep(2*memory, s{10 * us, 0, 0})...), false, false},
 		{"one answer read late does not revoke", append(append(rep(memory, s{ms, 0, 0}), s{0, 0, 0}), rep(2, s{ms, 0, 0})...), true, false},
 		{"serial server, mixed service times", mixed(2*memory, true), true, true},
 		{"serial server, mixed, too few to tell", mixed(2*memory-2, true), false, false},
