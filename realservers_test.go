@@ -1606,12 +1606,13 @@ printf '%%s' "$REQUEST_URI"
 		t.Fatalf("GET /gz/p0-3: Content-Encoding %q, want gzip", resp.Header.Get("Content-Encoding"))
 	}
 	var ours, std []rsResult
-	// Two bursts; against a server that drops what was pipelined, up to
-	// five until something was sent again: until a host is proven to
-	// handle pipelining, one request at a time is pipelined (probeLocked),
-	// and lighttpd's connections, closed every 5 requests, may go a burst
-	// without a request written behind a close.
-	for burst := 0; burst < 2 || !srv.useH2 && srv.resends && resends.Load() == 0 && burst < 5; burst++ {
+	// Two bursts; up to five until something was pipelined and, against
+	// a server that drops what was pipelined, sent again: until a host is
+	// proven to handle pipelining, one request at a time is pipelined
+	// (probeLocked), nothing is written behind a route until it has
+	// answered (model.go), and lighttpd's connections, closed every 5
+	// requests, may go a burst without a request written behind another.
+	for burst := 0; burst < 2 || !srv.useH2 && (pipelinedWrites.Load() == 0 || srv.resends && resends.Load() == 0) && burst < 5; burst++ {
 		if burst > 0 {
 			time.Sleep(time.Second) // the idle timeout
 		}
