@@ -263,19 +263,7 @@ func TestRouteLearned(t *testing.T) {
 // the host pipelined again, and the next pipelined burst falls back again.
 func TestHostLearned(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := &memServer{handle: func(n int, c net.Conn, br *bufio.Reader) {
-			for {
-				req, err := http.ReadRequest(br)
-				if err != nil {
-					return
-				}
-				time.Sleep(time.Millisecond) // let a pipelined request arrive
-				if br.Buffered() > 0 || c.(*memConn).unread() > 0 {
-					return // drops what is pipelined
-				}
-				answer(c, req)
-			}
-		}}
+		srv := pipelineHandlingServer(func(net.Conn, *http.Request) bool { return false }) // drops what is pipelined
 		var mu sync.Mutex
 		var got []string
 		var tr *Transport

@@ -593,14 +593,11 @@ func TestTimerFallbackAfterDroppedHead(t *testing.T) {
 	})
 }
 
-// fallbackHost starts, in a synctest bubble, a Transport (MaxConnsPerHost
-// 1, PipelineDepth 4, Observer o) over a memServer that answers each request that came
-// alone and hands one that came with another behind it (pipelined) to
-// pipelined, which reports whether the connection goes on. It returns the
-// host's effective depth, a burst of 4 GETs that waits for their outcomes,
-// and a function that closes the Transport.
-func fallbackHost(o *Observer, pipelined func(c net.Conn, req *http.Request) bool) (depth func() int, burst, stop func()) {
-	srv := &memServer{handle: func(n int, c net.Conn, br *bufio.Reader) {
+// pipelineHandlingServer is a memServer that answers each request that
+// came alone and hands one that came with another behind it (pipelined)
+// to pipelined, which reports whether the connection goes on.
+func pipelineHandlingServer(pipelined func(c net.Conn, req *http.Request) bool) *memServer {
+	return &memServer{handle: func(n int, c net.Conn, br *bufio.Reader) {
 		for {
 			req, err := http.ReadRequest(br)
 			if err != nil {
@@ -614,6 +611,16 @@ func fallbackHost(o *Observer, pipelined func(c net.Conn, req *http.Request) boo
 			}
 		}
 	}}
+}
+
+// fallbackHost starts, in a synctest bubble, a Transport (MaxConnsPerHost
+// 1, PipelineDepth 4, Observer o) over a memServer that answers each request that came
+// alone and hands one that came with another behind it (pipelined) to
+// pipelined, which reports whether the connection goes on. It returns the
+// host's effective depth, a burst of 4 GETs that waits for their outcomes,
+// and a function that closes the Transport.
+func fallbackHost(o *Observer, pipelined func(c net.Conn, req *http.Request) bool) (depth func() int, burst, stop func()) {
+	srv := pipelineHandlingServer(pipelined)
 	tr := NewTransport(TransportOptions{DialContext: srv.dial, MaxConnsPerHost: 1, PipelineDepth: 4, Observer: o})
 	depth = func() int { return tr.Stats()["http://mem.test:80"].PipelineDepth }
 	<-memGet(tr, "/9") // the route's answers are known: the bursts are pipelined
