@@ -1247,7 +1247,7 @@ func (c *pconn) readBodyFrom(a *attempt, resp *http.Response, f framing, closing
 	if !a.deliver(result{resp: resp}) {
 		b.Close() // abandoned: nobody reads it
 	}
-	s := &bodyStream{c: c, a: a, b: b, src: src, lr: lr, cr: cr, open: open, tentative: tentative, chunkedOrUntilClose: lr == nil}
+	s := &bodyStream{c: c, a: a, b: b, src: src, lr: lr, cr: cr, open: open, tentative: tentative}
 	var start monoTime
 	if a.toStream {
 		start = monoNow()
@@ -1324,13 +1324,11 @@ type bodyStream struct {
 	// tentative: a chunked body read ahead until it shows itself a stream
 	// (see above); its first read from the network starts its timers.
 	tentative bool
-	// chunkedOrUntilClose: the body's length is not known in advance.
-	chunkedOrUntilClose bool
-	timed               bool         // startTimer ran
-	early               *earlyClose  // a known remainder's wait, once it comes from the network
-	got                 atomic.Int64 // bytes of a tentative body read so far
-	seen                int64        // got at the verdict timer's last run (its goroutine only)
-	verdict             *time.Timer  // a tentative body's stream verdict (checkStream)
+	timed     bool         // startTimer ran
+	early     *earlyClose  // a known remainder's wait, once it comes from the network
+	got       atomic.Int64 // bytes of a tentative body read so far
+	seen      int64        // got at the verdict timer's last run (its goroutine only)
+	verdict   *time.Timer  // a tentative body's stream verdict (checkStream)
 
 	mu      sync.Mutex
 	waiting bool        // the body is a stream (startWaiting or becomeStream ran)
@@ -1338,17 +1336,21 @@ type bodyStream struct {
 	stopCtx func() bool // stops the context watch
 }
 
-// earlyClose bounds the wait for the rest of a body of known length that
-// must come from the network, once its caller has closed it: net/http
-// closes the connection at once; we read and discard the rest (drain) so
-// that the connection stays, but only if it comes soon. A request already
-// cancelled with nothing behind it gives its connection up at once, as
-// with net/http (with requests behind, the rest is read for their sake),
-// and the rest may take at most drainWait: a server that stalls mid-body
-// would otherwise hold the connection, and its reader, for ever.
+// earlyClose bounds the wait for the rest of a body that must come from
+// the network, once its caller has closed it: we read and discard the
+// rest (drain, up to maxDrain) so that the connection stays, but only if
+// it comes within wait. As with Go 1.27's net/http (golang/go#77370),
+// which waits 50 ms for any body; ours waits drainWait for a body read
+// ahead as bounded or grown too long to be, whose connection may carry
+// requests behind it, and lateMin for a stream of events, whose server
+// should learn soon that nobody reads it. A request already cancelled with nothing behind it gives its
+// connection up at once, as with net/http (with requests behind, the rest
+// is read for their sake): a server that stalls mid-body would otherwise
+// hold the connection, and its reader, for ever.
 type earlyClose struct {
 	c    *pconn
 	a    *attempt
+	wait time.Duration              // set before watch
 	done atomic.Bool                // the body ended (bodyStream.stop)
 	t    atomic.Pointer[time.Timer] // armed by closed
 }
@@ -1359,7 +1361,7 @@ func (e *earlyClose) closed() {
 		e.c.fail(context.Cause(ctx))
 		return
 	}
-	e.t.Store(time.AfterFunc(e.c.drainWait(), func() {
+	e.t.Store(time.AfterFunc(e.wait, func() {
 		if !e.done.Load() {
 			e.c.fail(errDrainTooLong)
 		}
@@ -1429,10 +1431,7 @@ func (s *bodyStream) pump() error {
 			return net.ErrClosed // closed under the body (fail): its cause stands
 		}
 		if sp == nil {
-			s.mu.Lock()
-			drains := s.drainsLocked()
-			s.mu.Unlock()
-			return c.drain(lr, cr, drains) // closed early by the caller
+			return c.drain(lr, cr) // closed early by the caller
 		}
 		n, err := src.Read(sp)
 		s.b.commit(n)
@@ -1480,12 +1479,12 @@ func (s *bodyStream) startWaiting() {
 	s.mu.Lock()
 	s.streamLocked()
 	s.c.holStartStream(s.a)
-	closed := !s.onCloseLocked()
+	closed := s.onCloseLocked()
 	s.mu.Unlock()
-	if closed {
+	if closed != nil {
 		// Closed while the reader was on its way to the network: the
 		// read it is about to make may never return.
-		s.c.fail(errDrainTooLong)
+		closed()
 	}
 }
 
@@ -1505,34 +1504,40 @@ func (s *bodyStream) streamLocked() {
 	}
 }
 
-// onCloseLocked installs what the caller's early Close of a stream does;
-// it reports false if the caller has closed the body already and the
-// connection must be closed (not under s.mu: fail reports to the pool).
+// onCloseLocked installs what the caller's early Close of a stream does.
+// If the caller has closed the body already, it returns what the close
+// does now, to be run outside s.mu (fail reports to the pool); a tentative
+// body's early close, set at its first read, has armed its own wait then.
 // s.mu is held.
-func (s *bodyStream) onCloseLocked() bool {
+func (s *bodyStream) onCloseLocked() (closed func()) {
 	c, a := s.c, s.a
-	if s.chunkedOrUntilClose && !s.drainsLocked() {
-		// Closing a body of unknown length early closes the connection
-		// (a stream nobody reads any more). A known remainder is drained
-		// or not by drain.
-		return s.b.setOnClose(func() { c.fail(errDrainTooLong) })
+	if s.lr == nil && s.cr == nil {
+		// RFC 9112 §6.3: a body delimited by the connection's close
+		// leaves nothing to reuse; closing it early closes the
+		// connection at once.
+		fail := func() { c.fail(errDrainTooLong) }
+		if !s.b.setOnClose(fail) {
+			return fail
+		}
+		return nil
 	}
-	if s.early == nil { // a tentative body's is set at its first read (startTimer)
-		s.early = &earlyClose{c: c, a: a}
-		s.early.watch(s.b)
+	wait := c.drainWait()
+	if a.events {
+		wait = lateMin // its end is not near; its server should learn soon
 	}
-	return true
-}
-
-// drainsLocked reports whether a chunked body closed early is read on to
-// its end (up to maxDrain, within its early close's wait, pconn.drain):
-// one read ahead as bounded (tentative), even once it grew past
-// maxBufferedBody, as Go 1.27's net/http drains one (golang/go#77370);
-// not one taken for a stream of events (nothing of it came for its gap,
-// or its type or path said so), whose server learns at once that nobody
-// reads it, the connection being closed. s.mu is held.
-func (s *bodyStream) drainsLocked() bool {
-	return s.tentative && !s.a.events
+	e := &earlyClose{c: c, a: a, wait: wait}
+	switch {
+	case s.b.setOnClose(e.closed):
+		if s.early != nil {
+			s.early.end() // replaced before its caller closed the body
+		}
+	case s.early != nil:
+		return nil
+	default:
+		closed = e.closed
+	}
+	s.early = e
+	return closed
 }
 
 // isStream reports whether the body became a stream.
@@ -1596,8 +1601,8 @@ func (s *bodyStream) becomeStream(quiet bool) {
 	s.a.events = quiet // under s.mu, before the pool hears of the stream
 	s.streamLocked()
 	s.b.readAhead(maxReadAhead) // a stream's buffer, from now on
-	// Closed early already, its drain has its own wait (earlyClose), and
-	// setOnClose installs nothing.
+	// A tentative body closed early already has its early close armed
+	// (startTimer): nothing to run.
 	s.onCloseLocked()
 }
 
@@ -1609,7 +1614,7 @@ func (s *bodyStream) becomeStream(quiet bool) {
 func (s *bodyStream) startTimer() {
 	s.timed = true
 	s.c.holStartStream(s.a)
-	s.early = &earlyClose{c: s.c, a: s.a}
+	s.early = &earlyClose{c: s.c, a: s.a, wait: s.c.drainWait()}
 	s.early.watch(s.b)
 }
 
@@ -1633,9 +1638,10 @@ func (s *bodyStream) stop() {
 }
 
 // drain reads what remains of a body its caller closed early, if that is
-// small and its end is known, so that the connection can be reused (RFC
-// 9112 §9.3); otherwise the connection is closed.
-func (c *pconn) drain(lr *io.LimitedReader, cr *chunkedReader, tentative bool) error {
+// at most maxDrain, so that the connection can be reused (RFC 9112 §9.3);
+// its early close bounds the time it may take (earlyClose). Otherwise the
+// connection is closed.
+func (c *pconn) drain(lr *io.LimitedReader, cr *chunkedReader) error {
 	switch {
 	case lr != nil && lr.N <= maxDrain:
 		_, err := io.Copy(io.Discard, lr)
@@ -1643,28 +1649,13 @@ func (c *pconn) drain(lr *io.LimitedReader, cr *chunkedReader, tentative bool) e
 			err = io.ErrUnexpectedEOF
 		}
 		return err
-	case cr != nil && tentative:
-		// Not a stream (yet): read on to its end, up to maxDrain, within
-		// the early close's wait (earlyClose), as a known remainder.
-		n, err := io.CopyN(io.Discard, cr, maxDrain)
-		switch {
-		case err == io.EOF:
-			return nil
-		case err != nil:
-			return unexpected(err)
-		case n == maxDrain:
-			return errDrainTooLong
-		}
-		return nil
 	case cr != nil:
-		// Only what has already arrived: an open stream is not drained.
-		for !cr.done && c.br.Buffered() > 0 {
-			if _, err := io.CopyN(io.Discard, cr, int64(c.br.Buffered())); err != nil && err != io.EOF {
-				return err
-			}
-		}
-		if cr.done {
+		switch _, err := io.CopyN(io.Discard, cr, maxDrain+1); err {
+		case io.EOF:
 			return nil
+		case nil: // more than maxDrain
+		default:
+			return unexpected(err)
 		}
 	}
 	return errDrainTooLong

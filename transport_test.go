@@ -936,6 +936,77 @@ func TestEarlyCloseDrainsSmallRemainder(t *testing.T) {
 	}
 }
 
+// TestEarlyCloseEventStream closes a stream of server-sent events early:
+// its rest is drained if it ends within lateMin (as Go 1.27's net/http
+// waits 50 ms for any body), keeping the connection; an endless one
+// closes the connection, and its server's writes fail.
+func TestEarlyCloseEventStream(t *testing.T) {
+	tests := []struct {
+		name    string
+		endless bool
+		conns   int64 // connections for the stream and the GET after it
+	}{
+		{"ends at once", false, 1},
+		{"endless", true, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			verifyNoLeaks(t)
+			stopped := make(chan struct{})
+			srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					if req.URL.Path != "/events" {
+						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+						continue
+					}
+					bw := bufio.NewWriter(c)
+					bw.WriteString("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+					for i := 0; tt.endless || i < 20; i++ {
+						fmt.Fprintf(bw, "400\r\n%s\r\n", strings.Repeat("d", 1<<10))
+						if bw.Flush() != nil {
+							close(stopped)
+							return
+						}
+						if tt.endless {
+							time.Sleep(time.Millisecond)
+						}
+					}
+					bw.WriteString("0\r\n\r\n")
+					if bw.Flush() != nil {
+						return
+					}
+				}
+			})
+			tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1})
+			resp, err := get(t, tr, srv.url("/events"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(resp.Body, make([]byte, 10)); err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			resp, err = get(t, tr, srv.url("/")) // waits for the one connection
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := readBody(t, resp); got != "ok" {
+				t.Errorf("second body = %q, want %q", got, "ok")
+			}
+			if n := srv.conns.Load(); n != tt.conns {
+				t.Errorf("connections = %d, want %d", n, tt.conns)
+			}
+			if tt.endless {
+				<-stopped // the server learned that nobody reads the stream
+			}
+		})
+	}
+}
+
 // TestEarlyCloseStalledRemainder closes a response body early whose rest
 // the server never sends: the connection must not wait for it for ever. A
 // request cancelled before the close gives its connection up at once, as
