@@ -211,6 +211,25 @@ func (c *pconn) quietBuffered() bool {
 	return true
 }
 
+// socketTells reports whether bytes on c's socket, with nothing in flight,
+// mean that the server spoke (an end of stream, an answer to nothing): not
+// on a TLS connection that has read no response yet. RFC 8446 §4.6.1: a
+// TLS 1.3 server may send NewSessionTicket messages after the handshake
+// (OpenSSL's come once the client's Finished has arrived, after Go's
+// handshake has returned), and only a read of the connection processes
+// them. A fresh connection was not closed for being idle; its first
+// request is written without a look (a direct read wrote nothing on
+// lighttpd's fresh connections, and moved its request from one to the
+// next, while a hook of the user's ran after the handshake).
+func (c *pconn) socketTells() bool {
+	if c.tls == nil {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.answered > 0
+}
+
 // tlsQuiet reports whether the TLS connection holds no record that is not
 // read: a close_notify, or data, that came in the same segment as the
 // last response is read from the socket with it and kept by the TLS

@@ -530,13 +530,13 @@ func (c *pconn) claimReader(a *attempt, body io.ReadCloser, inline bool) (direct
 	// A direct request written in one pass with the look at the socket
 	// and the wait for its answer (writeHeld) is looked at there; here,
 	// only what is already read is.
-	held = direct && c.mayHold(a, body)
+	held = direct && c.mayHold(a, body) && c.socketTells()
 	spoke := held && !c.quietBuffered()
 	if direct && !held {
 		switch {
 		case !c.quietBuffered():
 			spoke = true
-		case !c.peek.socketQuiet():
+		case c.socketTells() && !c.peek.socketQuiet():
 			spoke = true
 			c.peerEnded() // at the socket: a close, or an answer to nothing
 		}

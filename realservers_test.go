@@ -19,6 +19,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"net/url"
 	"os"
 	"os/exec"
@@ -1314,6 +1315,49 @@ func TestRealNodeHedge(t *testing.T) {
 		if _, b, err := get(fmt.Sprintf("/get/after%d", i)); err != nil || b != fmt.Sprintf("after%d", i) {
 			t.Errorf("GET /get/after%d = %q, %v", i, b, err)
 		}
+	}
+}
+
+// TestRealLighttpdFreshTLS: a request on a fresh TLS connection to
+// lighttpd, written after a hook of the user's that takes a while
+// (TLSHandshakeDone), is answered on that connection: OpenSSL's session
+// tickets, sent once the client's Finished arrived, wait on the socket
+// then, and are not the server speaking out of turn (socketTells).
+func TestRealLighttpdFreshTLS(t *testing.T) {
+	lighttpd := requireProgram(t, "lighttpd", "lighttpd", "/usr/sbin/lighttpd")
+	requireProgram(t, "lighttpd-mod-openssl", "/usr/lib/lighttpd/mod_openssl.so")
+	verifyNoLeaks(t)
+	dir := t.TempDir()
+	www := filepath.Join(dir, "www")
+	if err := os.MkdirAll(www, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(www, "x"), []byte("hello"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	roots, pemFile := selfSignedPEM(t, dir)
+	os.Chmod(pemFile, 0o644) // the server may read it as another user
+	conf := fmt.Sprintf("server.modules = (\"mod_openssl\")\nssl.engine = \"enable\"\nssl.pemfile = %q\nserver.feature-flags += (\"server.h2proto\" => \"disable\")\n", pemFile)
+	base := "https://" + startLighttpd(t, lighttpd, www, conf)
+	var opened atomic.Int32
+	tr := newTestTransport(t, TransportOptions{
+		TLSClientConfig: &tls.Config{RootCAs: roots},
+		Observer:        &Observer{ConnOpened: func(ConnEvent) { opened.Add(1) }},
+	})
+	for i := range 3 {
+		trace := &httptrace.ClientTrace{TLSHandshakeDone: func(tls.ConnectionState, error) { time.Sleep(20 * time.Millisecond) }}
+		req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(t.Context(), trace), http.MethodGet, base+"/x", nil)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("GET %d: %v", i, err)
+		}
+		if b, _ := io.ReadAll(resp.Body); string(b) != "hello" {
+			t.Errorf("GET %d: body %q, want %q", i, b, "hello")
+		}
+		resp.Body.Close()
+	}
+	if n := opened.Load(); n != 1 {
+		t.Errorf("%d connections opened, want 1", n)
 	}
 }
 
