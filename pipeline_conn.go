@@ -530,13 +530,14 @@ func (c *pconn) claimReader(a *attempt, body io.ReadCloser, inline bool) (direct
 	// A direct request written in one pass with the look at the socket
 	// and the wait for its answer (writeHeld) is looked at there; here,
 	// only what is already read is.
-	held = direct && c.mayHold(a, body) && c.socketTells()
+	tells := direct && c.socketTells()
+	held = tells && c.mayHold(a, body)
 	spoke := held && !c.quietBuffered()
 	if direct && !held {
 		switch {
 		case !c.quietBuffered():
 			spoke = true
-		case c.socketTells() && !c.peek.socketQuiet():
+		case tells && !c.peek.socketQuiet():
 			spoke = true
 			c.peerEnded() // at the socket: a close, or an answer to nothing
 		}
@@ -1339,18 +1340,19 @@ type bodyStream struct {
 // earlyClose bounds the wait for the rest of a body that must come from
 // the network, once its caller has closed it: we read and discard the
 // rest (drain, up to maxDrain) so that the connection stays, but only if
-// it comes within wait. As with Go 1.27's net/http (golang/go#77370),
-// which waits 50 ms for any body; ours waits drainWait for a body read
-// ahead as bounded or grown too long to be, whose connection may carry
+// it comes within wait, as Go 1.27's net/http does (golang/go#77370; it
+// waits 50 ms for any body). Ours waits drainWait for a body read ahead
+// as bounded, or grown too long to be, whose connection may carry
 // requests behind it, and lateMin for a stream of events, whose server
-// should learn soon that nobody reads it. A request already cancelled with nothing behind it gives its
-// connection up at once, as with net/http (with requests behind, the rest
-// is read for their sake): a server that stalls mid-body would otherwise
-// hold the connection, and its reader, for ever.
+// should learn soon that nobody reads it. A request already cancelled
+// with nothing behind it gives its connection up at once, as with
+// net/http (with requests behind, the rest is read for their sake): a
+// server that stalls mid-body would otherwise hold the connection, and
+// its reader, for ever.
 type earlyClose struct {
 	c    *pconn
 	a    *attempt
-	wait time.Duration              // set before watch
+	wait time.Duration              // set before it is installed
 	done atomic.Bool                // the body ended (bodyStream.stop)
 	t    atomic.Pointer[time.Timer] // armed by closed
 }

@@ -1124,20 +1124,25 @@ func TestTimerChunkedBuffer(t *testing.T) {
 // TestTimerChunkedEarlyClose: a chunked body closed early while it is
 // still arriving and not taken for a stream is drained if its rest comes
 // within drainWait, and its connection serves the next request; one closed
-// once taken for a stream of events (a pause past its gap) is drained only
-// within lateMin (Go 1.27's net/http waits 50 ms for any body; earlier
-// releases close the connection).
+// once taken for a stream of events (a pause past its gap, or server-sent
+// events from its head) is drained only within lateMin, and otherwise
+// closes its connection, so that its server learns that nobody reads it
+// (Go 1.27's net/http waits 50 ms for any body; earlier releases close
+// the connection).
 func TestTimerChunkedEarlyClose(t *testing.T) {
 	for _, tt := range []struct {
 		name      string
+		events    bool          // Content-Type: text/event-stream (a stream from its head)
 		pause     time.Duration // between the two chunks
 		closeAt   time.Duration // after the first chunk was read
 		wantDials int32
 	}{
-		{"quick rest", 2 * time.Millisecond, time.Millisecond, 1},
-		{"closed before the verdict", 100 * time.Millisecond, time.Millisecond, 1},
-		{"closed as a stream, rest within lateMin", 40 * time.Millisecond, 20 * time.Millisecond, 1},
-		{"closed as a stream, rest after lateMin", 100 * time.Millisecond, 20 * time.Millisecond, 2},
+		{"quick rest", false, 2 * time.Millisecond, time.Millisecond, 1},
+		{"closed before the verdict", false, 100 * time.Millisecond, time.Millisecond, 1},
+		{"closed as a stream, rest within lateMin", false, 40 * time.Millisecond, 20 * time.Millisecond, 1},
+		{"closed as a stream, rest after lateMin", false, 100 * time.Millisecond, 20 * time.Millisecond, 2},
+		{"event stream, rest within lateMin", true, 40 * time.Millisecond, time.Millisecond, 1},
+		{"event stream, rest after lateMin", true, 100 * time.Millisecond, time.Millisecond, 2},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -1152,7 +1157,11 @@ func TestTimerChunkedEarlyClose(t *testing.T) {
 							continue
 						}
 						chunk := strings.Repeat("x", 4096)
-						fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n", len(chunk), chunk)
+						ct := "text/plain"
+						if tt.events {
+							ct = "text/event-stream"
+						}
+						fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n", ct, len(chunk), chunk)
 						time.Sleep(tt.pause)
 						fmt.Fprintf(c, "%x\r\n%s\r\n0\r\n\r\n", len(chunk), chunk)
 					}
