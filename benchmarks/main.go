@@ -185,18 +185,22 @@ func fmtBytes(n int) string {
 
 // result is one client's measurement in one scenario.
 type result struct {
-	Scenario   scenario `json:"scenario"`
-	Client     string   `json:"client"`
-	Seconds    float64  `json:"seconds"`
-	Requests   int64    `json:"requests"`
-	Errors     int64    `json:"errors"`
-	FirstError string   `json:"first_error,omitempty"`
-	ReqPerSec  float64  `json:"req_per_sec"`
-	P50Ms      float64  `json:"p50_ms"`
-	P99Ms      float64  `json:"p99_ms"`
-	P999Ms     float64  `json:"p999_ms"`
-	MaxMs      float64  `json:"max_ms"`
-	CPUPerReq  float64  `json:"cpu_us_per_req"` // client process user+sys
+	Scenario scenario `json:"scenario"`
+	Client   string   `json:"client"`
+	Seconds  float64  `json:"seconds"`
+	// RateSeconds: the time ReqPerSec divides Requests by, Requests over
+	// the callers' closed-loop rate (closedLoopRate); 0 where the rate is
+	// taken over the window (Seconds).
+	RateSeconds float64 `json:"rate_seconds,omitempty"`
+	Requests    int64   `json:"requests"`
+	Errors      int64   `json:"errors"`
+	FirstError  string  `json:"first_error,omitempty"`
+	ReqPerSec   float64 `json:"req_per_sec"`
+	P50Ms       float64 `json:"p50_ms"`
+	P99Ms       float64 `json:"p99_ms"`
+	P999Ms      float64 `json:"p999_ms"`
+	MaxMs       float64 `json:"max_ms"`
+	CPUPerReq   float64 `json:"cpu_us_per_req"` // client process user+sys
 	// Response body bytes read, their rate (MB/s, 10^6 bytes) and the CPU
 	// per MB (µs).
 	Bytes    int64   `json:"body_bytes_read"`
@@ -249,6 +253,7 @@ func (r *result) merge(b result) {
 	}
 	r.Rounds++
 	r.Seconds += b.Seconds
+	r.RateSeconds += b.RateSeconds
 	r.Requests += b.Requests
 	r.Errors += b.Errors
 	if r.FirstError == "" {
@@ -282,7 +287,9 @@ func (r *result) merge(b result) {
 
 // finish derives the rates and percentiles from the totals.
 func (r *result) finish() {
-	if r.Seconds > 0 {
+	if r.RateSeconds > 0 {
+		r.ReqPerSec = float64(r.Requests) / r.RateSeconds
+	} else if r.Seconds > 0 {
 		r.ReqPerSec = float64(r.Requests) / r.Seconds
 	}
 	if len(r.lat) > 0 {
@@ -969,6 +976,7 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 		warmErr  string // the first error outside the window, shown if there is no other
 		wg       sync.WaitGroup
 		lat      = make([][]time.Duration, sc.P)
+		busy     = make([]time.Duration, sc.P) // each caller's time in requests that ended in the window
 		nbytes   = make([]int64, sc.P)
 	)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -996,7 +1004,8 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 			defer wg.Done()
 			defer running.Add(-1)
 			l := make([]time.Duration, 0, 256)
-			var nb int64 // this caller's bytes, summed here: no shared cache line in the loop
+			var nb int64         // this caller's bytes, summed here: no shared cache line in the loop
+			var bt time.Duration // and its time in requests
 			first := true
 			defer func() {
 				if first { // stopped before a first response: warm-up is over for it too
@@ -1023,6 +1032,7 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 					}
 					continue
 				}
+				bt += t1.Sub(t0)
 				if err != nil {
 					nerr.Add(1)
 					errOnce.Do(func() { firstErr = err.Error() })
@@ -1031,7 +1041,7 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 				l = append(l, t1.Sub(t0))
 				nb += n
 			}
-			lat[i], nbytes[i] = l, nb
+			lat[i], busy[i], nbytes[i] = l, bt, nb
 		}()
 	}
 
@@ -1087,10 +1097,15 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 	}
 
 	var all []time.Duration
-	for _, l := range lat {
+	done := make([]int, len(lat))
+	for i, l := range lat {
 		all = append(all, l...)
+		done[i] = len(l)
 	}
 	slices.Sort(all)
+	if rate := closedLoopRate(done, busy); rate > 0 {
+		r.RateSeconds = float64(len(all)) / rate
+	}
 	for _, n := range nbytes {
 		r.Bytes += n
 	}
@@ -1107,6 +1122,24 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 	r.finish()
 	r.MaxOpen = maxOpen
 	return r
+}
+
+// closedLoopRate is the request rate of callers that each send a request,
+// wait for its response and send the next: the sum of each caller's
+// responses over the time its requests took (Little's law, one request in
+// flight per caller). done[i] is caller i's responses in the window and
+// busy[i] the time of every request it ended there, failures included. A
+// count over the window alone depends on where answers fall against its
+// edges: with 300 ms answers, a 1 s window holds 3 or 4 of a caller's, a
+// third apart for clients of the same speed.
+func closedLoopRate(done []int, busy []time.Duration) float64 {
+	var rate float64
+	for i, n := range done {
+		if n > 0 && busy[i] > 0 {
+			rate += float64(n) / busy[i].Seconds()
+		}
+	}
+	return rate
 }
 
 // backendShares prints each backend's share of the requests, and the

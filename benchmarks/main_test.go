@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -332,6 +333,31 @@ func TestChunk(t *testing.T) {
 		}
 		if want := (n + chunkSize - 1) / chunkSize; bytes.Count(enc, []byte("\r\n"))/2-1 != want {
 			t.Errorf("chunk(%d B) = %d chunks, want %d", n, bytes.Count(enc, []byte("\r\n"))/2-1, want)
+		}
+	}
+}
+
+// TestClosedLoopRate: the rate of callers that wait for each response
+// does not depend on where their responses fall against the window's
+// edges.
+func TestClosedLoopRate(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name string
+		done []int
+		busy []time.Duration
+		want float64
+	}{
+		// Two callers of 300 ms responses in a 1 s window: one ended
+		// three, the other four (its first began before the window).
+		{"phase", []int{3, 4}, []time.Duration{900 * ms, 1200 * ms}, 2 / 0.3},
+		{"one caller", []int{10}, []time.Duration{100 * ms}, 100},
+		{"a caller with nothing done", []int{0, 5}, []time.Duration{0, 500 * ms}, 10},
+		{"failures take time too", []int{1}, []time.Duration{2000 * ms}, 0.5},
+		{"none", nil, nil, 0},
+	} {
+		if got := closedLoopRate(tc.done, tc.busy); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("%s: closedLoopRate(%v, %v) = %v, want %v", tc.name, tc.done, tc.busy, got, tc.want)
 		}
 	}
 }
