@@ -190,7 +190,7 @@ type result struct {
 	Seconds  float64  `json:"seconds"`
 	// RateSeconds: the time ReqPerSec divides Requests by, Requests over
 	// the callers' closed-loop rate (closedLoopRate); 0 where the rate is
-	// taken over the window (Seconds).
+	// a count over the window (Seconds).
 	RateSeconds float64 `json:"rate_seconds,omitempty"`
 	Requests    int64   `json:"requests"`
 	Errors      int64   `json:"errors"`
@@ -976,7 +976,7 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 		warmErr  string // the first error outside the window, shown if there is no other
 		wg       sync.WaitGroup
 		lat      = make([][]time.Duration, sc.P)
-		busy     = make([]time.Duration, sc.P) // each caller's time in requests that ended in the window
+		busy     = make([]time.Duration, sc.P) // each caller's time in requests ended in the window
 		nbytes   = make([]int64, sc.P)
 	)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -1097,13 +1097,14 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 	}
 
 	var all []time.Duration
-	done := make([]int, len(lat))
+	var spent time.Duration
 	for i, l := range lat {
 		all = append(all, l...)
-		done[i] = len(l)
+		spent += busy[i]
 	}
 	slices.Sort(all)
-	if rate := closedLoopRate(done, busy); rate > 0 {
+	// Callers that stopped at -url's bound were not all busy to the end.
+	if rate := closedLoopRate(sc.P, len(all), spent); rate > 0 && !r.StoppedAtBound {
 		r.RateSeconds = float64(len(all)) / rate
 	}
 	for _, n := range nbytes {
@@ -1125,21 +1126,17 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 }
 
 // closedLoopRate is the request rate of callers that each send a request,
-// wait for its response and send the next: the sum of each caller's
-// responses over the time its requests took (Little's law, one request in
-// flight per caller). done[i] is caller i's responses in the window and
-// busy[i] the time of every request it ended there, failures included. A
-// count over the window alone depends on where answers fall against its
-// edges: with 300 ms answers, a 1 s window holds 3 or 4 of a caller's, a
-// third apart for clients of the same speed.
-func closedLoopRate(done []int, busy []time.Duration) float64 {
-	var rate float64
-	for i, n := range done {
-		if n > 0 && busy[i] > 0 {
-			rate += float64(n) / busy[i].Seconds()
-		}
+// wait for its response and send the next (Little's law: callers over the
+// mean time of a request): done responses ended in the window and busy is
+// the time of every request ended there, failures included. A count over
+// the window alone depends on where responses fall against its edges: with
+// 300 ms responses, a 1 s window holds 3 or 4 of a caller's, a third apart
+// for clients of the same speed.
+func closedLoopRate(callers, done int, busy time.Duration) float64 {
+	if done == 0 || busy <= 0 {
+		return 0
 	}
-	return rate
+	return float64(callers) * float64(done) / busy.Seconds()
 }
 
 // backendShares prints each backend's share of the requests, and the

@@ -343,21 +343,23 @@ func TestChunk(t *testing.T) {
 func TestClosedLoopRate(t *testing.T) {
 	ms := time.Millisecond
 	for _, tc := range []struct {
-		name string
-		done []int
-		busy []time.Duration
-		want float64
+		name    string
+		callers int
+		done    int
+		busy    time.Duration
+		want    float64
 	}{
 		// Two callers of 300 ms responses in a 1 s window: one ended
 		// three, the other four (its first began before the window).
-		{"phase", []int{3, 4}, []time.Duration{900 * ms, 1200 * ms}, 2 / 0.3},
-		{"one caller", []int{10}, []time.Duration{100 * ms}, 100},
-		{"a caller with nothing done", []int{0, 5}, []time.Duration{0, 500 * ms}, 10},
-		{"failures take time too", []int{1}, []time.Duration{2000 * ms}, 0.5},
-		{"none", nil, nil, 0},
+		{"phase", 2, 7, 2100 * ms, 2 / 0.3},
+		{"one caller", 1, 10, 100 * ms, 100},
+		// Responses longer than the window: few callers end one there.
+		{"long responses", 50, 20, 20 * 110 * ms, 50 / 0.11},
+		{"failures take time too", 1, 1, 2000 * ms, 0.5},
+		{"none", 4, 0, 0, 0},
 	} {
-		if got := closedLoopRate(tc.done, tc.busy); math.Abs(got-tc.want) > 1e-9 {
-			t.Errorf("%s: closedLoopRate(%v, %v) = %v, want %v", tc.name, tc.done, tc.busy, got, tc.want)
+		if got := closedLoopRate(tc.callers, tc.done, tc.busy); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("%s: closedLoopRate(%d, %d, %v) = %v, want %v", tc.name, tc.callers, tc.done, tc.busy, got, tc.want)
 		}
 	}
 }
