@@ -286,7 +286,7 @@ func (s *addrSet) next(d *dialHandle, tried []netip.Addr) (netip.Addr, bool) {
 			}
 		}
 		for _, c := range d.pool.conns {
-			if !c.s.retired {
+			if !c.s.retired && !c.s.due { // one due is being replaced
 				count(c.addr)
 			}
 		}
