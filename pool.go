@@ -77,10 +77,6 @@ type hostPool struct {
 type sched struct {
 	inflight  int  // attempts assigned and not yet answered
 	retired   bool // takes no new request (the one place: retireLocked)
-	// due: older than its lifetime, it still takes requests while its
-	// replacement is dialed (lifetime.go), and does not count among its
-	// address's connections meanwhile.
-	due bool
 	removed   bool // no longer in the pool's conns
 	exclusive bool // an attempt that nothing may follow is unanswered
 	streaming bool // the head's body is open-ended and being read
@@ -106,6 +102,10 @@ type sched struct {
 	opened       time.Time
 	idleTimer    *time.Timer
 	lifeTimer    *time.Timer // fires at the end of its lifetime (lifetime.go)
+	// due: older than its lifetime, it still takes requests while its
+	// replacement is dialed (lifetime.go), and does not count among its
+	// address's connections meanwhile.
+	due bool
 	retireReason CloseReason // why it was retired (Observer)
 	active       bool        // ConnActive was reported last (not ConnIdle)
 	// From the server's Keep-Alive header (keepalive.go): how long the
