@@ -105,7 +105,7 @@ type sched struct {
 	// due: older than its lifetime, it still takes requests while its
 	// replacement is dialed (lifetime.go), and does not count among its
 	// address's connections meanwhile.
-	due bool
+	due          bool
 	retireReason CloseReason // why it was retired (Observer)
 	active       bool        // ConnActive was reported last (not ConnIdle)
 	// From the server's Keep-Alive header (keepalive.go): how long the
