@@ -58,6 +58,7 @@ func (p *hostPool) lifeEnded(c *pconn) {
 	}
 	if p.needsReplacementLocked(c) && p.mayReplaceLocked() {
 		s.due = true
+		p.replacing++
 		p.startDialLocked(context.Background()).replaces = c
 		p.mu.Unlock()
 		return
@@ -107,7 +108,11 @@ func (p *hostPool) retireDueLocked(c *pconn) (idle bool) {
 // to be closed once p.mu is released.
 func (p *hostPool) replacedLocked(d *dialHandle) *pconn {
 	c := d.replaces
-	if c == nil || !p.retireDueLocked(c) {
+	if c == nil {
+		return nil
+	}
+	p.replacing--
+	if !p.retireDueLocked(c) {
 		return nil
 	}
 	return c

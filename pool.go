@@ -28,6 +28,10 @@ type hostPool struct {
 	mu      sync.Mutex
 	conns   []*pconn // established and not removed (busy, idle or retired)
 	dialing int      // dials in progress
+	// replacing counts the dials in progress (in dialing) that replace a
+	// connection past its lifetime (lifetime.go): no waiter counts on
+	// them, as the connection they replace still takes requests.
+	replacing int
 	// ending counts connections removed (removed) whose end is not
 	// reported yet (ended): what it teaches (a depth fallback, a budget)
 	// must not go with a pool forgotten meanwhile.
