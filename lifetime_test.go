@@ -2,6 +2,7 @@ package pipelined
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -448,6 +449,91 @@ func TestDefaultMaxConnLifetime(t *testing.T) {
 				}
 				if got := tr.Stats()["http://mem.test:80"].Retired.Lifetime; got != want {
 					t.Errorf("Stats: Retired.Lifetime = %d, want %d", got, want)
+				}
+			})
+		})
+	}
+}
+
+// TestLifetimeStreamNotCut: a connection that reaches its lifetime while
+// it streams a body for three lifetimes takes no new request (the next
+// one goes to another connection) but is not cut: the stream is read to
+// its end, and the connection closes after it with CloseLifetime. Over
+// HTTP/1.1 and HTTP/2.
+func TestLifetimeStreamNotCut(t *testing.T) {
+	cert, roots := memTLS(t)
+	for _, tc := range []struct {
+		name string
+		alpn []string
+	}{
+		{"http1", []string{"http/1.1"}},
+		{"h2", []string{"h2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const life, chunks, piece = time.Second, 30, "0123456789"
+				stream := func(write func()) {
+					for range chunks {
+						write()
+						time.Sleep(3 * life / chunks)
+					}
+				}
+				srv := &memServer{
+					tls: &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: tc.alpn},
+					h2: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+						if r.URL.Path != "/stream" {
+							io.WriteString(w, r.URL.Path)
+							return
+						}
+						stream(func() {
+							io.WriteString(w, piece)
+							w.(http.Flusher).Flush()
+						})
+					}),
+					handle: memEach(func(c net.Conn, req *http.Request) {
+						if req.URL.Path != "/stream" {
+							answer(c, req)
+							return
+						}
+						io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+						stream(func() { fmt.Fprintf(c, "%x\r\n%s\r\n", len(piece), piece) })
+						io.WriteString(c, "0\r\n\r\n")
+					}),
+				}
+				var mu sync.Mutex
+				connOf := make(map[string]uint64) // path: its connection
+				closed := make(map[uint64]CloseReason)
+				obs := &Observer{
+					RequestAssigned: func(ev RequestEvent) {
+						mu.Lock()
+						connOf[ev.Request.URL.Path] = ev.ConnID
+						mu.Unlock()
+					},
+					ConnClosed: func(ev ConnEvent) {
+						mu.Lock()
+						closed[ev.ID] = ev.Reason
+						mu.Unlock()
+					},
+				}
+				tr := NewTransport(TransportOptions{DialContext: srv.dial, TLSClientConfig: roots, MaxConnLifetime: life, Observer: obs})
+				defer tr.Close()
+				body := memGet(tr, "https://example.com/stream")
+				time.Sleep(3 * life / 2) // past the stream's connection's lifetime
+				if got := <-memGet(tr, "https://example.com/x"); got != "/x" {
+					t.Fatalf("GET /x: %q", got)
+				}
+				if got, want := <-body, strings.Repeat(piece, chunks); got != want {
+					t.Fatalf("stream: %q, want %d bytes", got, len(want))
+				}
+				synctest.Wait()
+				mu.Lock()
+				defer mu.Unlock()
+				s, x := connOf["/stream"], connOf["/x"]
+				if s == x {
+					t.Errorf("GET /x went to the stream's connection %d, past its lifetime", s)
+				}
+				if why, ok := closed[s]; !ok || why != CloseLifetime {
+					t.Errorf("the stream's connection closed: %v (reason %v), want closed with %v", ok, why, CloseLifetime)
 				}
 			})
 		})
