@@ -96,11 +96,7 @@ func (p *hostPool) mayReplaceLocked() bool {
 // idle, to be closed once p.mu is released.
 func (p *hostPool) retireDueLocked(c *pconn) (idle bool) {
 	c.s.due = false
-	if c.s.retired || c.s.removed {
-		return false
-	}
-	p.retireLocked(c, CloseLifetime)
-	return c.s.inflight == 0
+	return p.retireNowLocked(c, CloseLifetime)
 }
 
 // replacedLocked retires the connection d was dialed to replace, if any,

@@ -232,6 +232,20 @@ func (p *hostPool) retireLocked(c *pconn, why CloseReason) {
 	}
 }
 
+// retireNowLocked retires c for why, as the Keep-Alive hints, an address
+// gone from the host's answer and the connection's lifetime do, and
+// reports whether c is to be closed now: it has nothing in flight (the
+// caller closes it once p.mu is released, with errConnClosing). A busy one
+// closes after its last answer (becameIdleLocked). Its end is counted in
+// Stats by reason (ended, Retirements).
+func (p *hostPool) retireNowLocked(c *pconn, why CloseReason) (idle bool) {
+	if c.s.retired || c.s.removed {
+		return false
+	}
+	p.retireLocked(c, why)
+	return c.s.inflight == 0
+}
+
 // startDialLocked dials a new connection in its own goroutine, and
 // returns the dial. The dial carries the values of the request that
 // started it but not its cancellation: if that request gives up, the
