@@ -539,3 +539,52 @@ func TestLifetimeStreamNotCut(t *testing.T) {
 		})
 	}
 }
+
+// TestLifetimeNobodyWaitsForReplacement: 16 callers in a closed loop over
+// 2 pipelined connections 10 ms away (FixedPolicy: pipelined from the
+// start) for 4 lifetimes of 1 s. Each connection's replacement is dialed
+// before it retires, and that dial is nobody's: no request waits for it,
+// so every request once the pool is up is answered within a round trip
+// and a half (20 ms, answers being immediate); one that waited for a dial
+// would take two.
+func TestLifetimeNobodyWaitsForReplacement(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// warm: the pool's second connection is dialed for the first
+		// requests, which wait for it.
+		const oneWay, life, warm = 10 * time.Millisecond, time.Second, 100 * time.Millisecond
+		srv := &memServer{handle: memServeSerial(nil), oneWay: oneWay}
+		tr := NewTransport(TransportOptions{DialContext: srv.dial, PipelineConnsPerHost: 2, PipelineDepth: 8, FixedPolicy: true, MaxConnLifetime: life})
+		defer tr.Close()
+		if got := <-memGet(tr, "/warm"); got != "/warm" {
+			t.Fatalf("GET /warm: %q", got)
+		}
+		start := time.Now()
+		var wg sync.WaitGroup
+		var worst atomic.Int64
+		var n atomic.Int32
+		for range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Since(start) < 4*life {
+					path := fmt.Sprintf("/%d", n.Add(1))
+					t0 := time.Now()
+					if got := <-memGet(tr, path); got != path {
+						t.Errorf("GET %s: %q", path, got)
+						return
+					}
+					if d := int64(time.Since(t0)); t0.Sub(start) > warm && d > worst.Load() {
+						worst.Store(d)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if got := tr.Stats()["http://mem.test:80"].Retired.Lifetime; got < 4 {
+			t.Errorf("Retired.Lifetime = %d, want 4 at least (2 connections, 4 lifetimes)", got)
+		}
+		if w := time.Duration(worst.Load()); w > 3*oneWay {
+			t.Errorf("slowest of %d requests: %v, want a round trip (%v) at most: a request waited for a replacement's dial", n.Load(), w, 2*oneWay)
+		}
+	})
+}
