@@ -286,7 +286,7 @@ func (s *addrSet) next(d *dialHandle, tried []netip.Addr) (netip.Addr, bool) {
 			}
 		}
 		for _, c := range d.pool.conns {
-			if !c.s.retired {
+			if !c.s.retired && !c.s.due { // one due is being replaced
 				count(c.addr)
 			}
 		}
@@ -443,11 +443,7 @@ func (p *hostPool) drain(gone []netip.Addr) {
 	p.mu.Lock()
 	var idle []*pconn
 	for _, c := range p.conns {
-		if c.s.retired || !slices.Contains(gone, c.addr) {
-			continue
-		}
-		p.retireLocked(c, CloseDrained)
-		if c.s.inflight == 0 {
+		if slices.Contains(gone, c.addr) && p.retireNowLocked(c, CloseDrained) {
 			idle = append(idle, c)
 		}
 	}

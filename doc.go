@@ -41,7 +41,11 @@
 // per-host FIFO queue. Pipelineable requests stop dialing at
 // [TransportOptions.PipelineConnsPerHost] connections (8) and pipeline up
 // to [TransportOptions.PipelineDepth] (4) on them; every other request
-// dials up to MaxConnsPerHost, as with net/http.
+// dials up to MaxConnsPerHost, as with net/http. A connection older than
+// [TransportOptions.MaxConnLifetime] (5 minutes) takes no new request and
+// closes once it has answered what it carries, its replacement dialed
+// first: behind a layer-4 load balancer, which places connections, not
+// requests, backends added later get their share.
 //
 // # What it learns
 //

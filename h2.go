@@ -211,6 +211,9 @@ type h2Host struct {
 	// answered: a request of the host got an answer over HTTP/2, so its
 	// server allows streams (h2MaxDials).
 	answered bool
+	// retired counts the connections retired and closed, by reason, for
+	// Stats.
+	retired Retirements
 
 	// demoted: the host's latest dial negotiated HTTP/1.1 (another server
 	// at the same address, or a configuration changed): its requests go
@@ -244,7 +247,10 @@ type h2Conn struct {
 	claims    int         // requests that chose it and are in RoundTrip
 	used      bool        // has carried a request
 	busy      bool        // streams in flight as last seen
-	closing   bool        // being closed by closeIdle: takes nothing new
+	closing   bool        // being closed by closeIdle, or retired: takes nothing new
+	retired   bool        // older than its lifetime: closes once unused, takes nothing new again (lifetime.go)
+	due       bool        // older than its lifetime, its replacement being dialed
+	lifeTimer *time.Timer // fires at the end of its lifetime
 	why       CloseReason // set before we close it, for the Observer
 	idleSince time.Time   // when busy last became false
 	idleTimer *time.Timer // armed when it becomes idle (armIdleLocked)
@@ -350,6 +356,7 @@ func (h *h2Host) add(c *h2Conn) error {
 	}
 	h.conns = append(h.conns, c)
 	h.armIdleLocked(c) // idle until a request chooses it
+	h.startLifeTimerLocked(c)
 	h.broadcastLocked()
 	h.mu.Unlock()
 	h.observeConn(c, true, nil)
@@ -381,11 +388,15 @@ func (h *h2Host) stateChanged(c *h2Conn) {
 		h.armIdleLocked(c)
 	}
 	why := c.why
+	retired := c.retired && idle
 	h.broadcastLocked()
 	h.mu.Unlock()
 	if removed {
 		h.observeClosed(c, why, err)
 		h.maybeEmpty()
+	}
+	if retired {
+		h.closeRetired(c)
 	}
 }
 
@@ -423,6 +434,10 @@ func (h *h2Host) removeLocked(c *h2Conn) bool {
 	if c.idleTimer != nil {
 		c.idleTimer.Stop()
 	}
+	if c.lifeTimer != nil {
+		c.lifeTimer.Stop()
+	}
+	h.retired.count(c.why)
 	return true
 }
 
@@ -516,7 +531,7 @@ func (h *h2Host) acquire(ctx context.Context, dials *int, settledOnly bool) (c *
 				return nil, httptrace.GotConnInfo{}, false, errNoStream
 			}
 			*dials++
-			dialRes = h.startDialLocked(ctx)
+			dialRes = h.startDialLocked(ctx, nil)
 		}
 		h.queued++
 		changed := h.changed
@@ -585,8 +600,10 @@ func (c *h2Conn) takesLocked(settledOnly bool) bool {
 // HTTP/1 pool does: with the values of the request that started it but not
 // its cancellation (it is cancelled by Transport.Close, and by closeIdle
 // when nobody waits). Its outcome is sent on the returned channel; a new
-// connection joins the pool whoever is waiting.
-func (h *h2Host) startDialLocked(reqCtx context.Context) chan error {
+// connection joins the pool whoever is waiting. replaces, if not nil, is
+// the connection past its lifetime that the dial replaces: it retires
+// when the dial ends (lifetime.go).
+func (h *h2Host) startDialLocked(reqCtx context.Context, replaces *h2Conn) chan error {
 	t := h.t
 	h.dialing++
 	res := make(chan error, 1)
@@ -630,6 +647,9 @@ func (h *h2Host) startDialLocked(reqCtx context.Context) chan error {
 		h.broadcastLocked()
 		h.mu.Unlock()
 		res <- err
+		if replaces != nil {
+			h.retire(replaces)
+		}
 		if err != nil || c == nil {
 			h.maybeEmpty()
 		}
@@ -1019,8 +1039,10 @@ func (h *h2Host) closeIfUnused(c *h2Conn, why CloseReason) {
 		return
 	}
 	h.mu.Lock()
-	c.closing = false
-	c.why = 0
+	if !c.retired { // retired meanwhile: it stays closing (lifetime.go)
+		c.closing = false
+		c.why = 0
+	}
 	h.broadcastLocked()
 	h.mu.Unlock()
 }
@@ -1101,6 +1123,9 @@ func h2Stats(h *h2Host, s *HostStats) {
 	s.InFlight += inflight
 	s.Queued += queued
 	s.Streams = inflight
+	h.mu.Lock()
+	s.Retired.add(h.retired)
+	h.mu.Unlock()
 }
 
 // ---- Glue with the HTTP/1 pool (scheduler.go) -----------------------------
@@ -1177,6 +1202,9 @@ func (p *hostPool) h2Dialed(d *dialHandle, conn net.Conn, state *tls.ConnectionS
 	p.mu.Lock()
 	p.dialing--
 	delete(p.dials, d)
+	if old := p.replacedLocked(d); old != nil {
+		defer old.fail(errConnClosing) // once p.mu is released
+	}
 	p.learned = true
 	if p.closed {
 		p.mu.Unlock()

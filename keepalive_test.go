@@ -165,13 +165,13 @@ func TestKeepAliveTimeoutPOSTs(t *testing.T) {
 			if got := srv.dials.Load() > before; got != st.newConn {
 				t.Errorf("%s %d after %v idle: new connection %v, want %v", st.method, i, st.gap, got, st.newConn)
 			}
-			retired = max(retired, tr.Stats()["http://mem.test:80"].KeepAliveRetired)
+			retired = max(retired, tr.Stats()["http://mem.test:80"].Retired.KeepAlive)
 		}
 		if got, want := posts.Load(), int32(7); got != want {
 			t.Errorf("server ran %d POSTs, want %d", got, want)
 		}
 		if retired == 0 {
-			t.Errorf("KeepAliveRetired stayed 0, want connections retired before the announced end")
+			t.Errorf("Retired.KeepAlive stayed 0, want connections retired before the announced end")
 		}
 	})
 }

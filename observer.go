@@ -392,12 +392,17 @@ const (
 	// (TransportOptions.Resolver): it took no new request and closed once
 	// its requests were answered.
 	CloseDrained
+
+	// CloseLifetime: the connection was older than MaxConnLifetime: it
+	// took no new request (its replacement dialed first where the load
+	// needed one) and closed once its requests were answered.
+	CloseLifetime
 )
 
 // String returns the reason in snake case, for metric attributes and logs:
 // "idle_timeout", "server_close", "keep_alive_end", "budget", "error",
 // "request", "canceled", "upgraded", "transport_closed",
-// "close_idle_connections", "idle_limit" or "drained".
+// "close_idle_connections", "idle_limit", "drained" or "lifetime".
 func (r CloseReason) String() string {
 	switch r {
 	case CloseIdleTimeout:
@@ -424,6 +429,8 @@ func (r CloseReason) String() string {
 		return "idle_limit"
 	case CloseDrained:
 		return "drained"
+	case CloseLifetime:
+		return "lifetime"
 	}
 	return "unknown"
 }

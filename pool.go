@@ -28,6 +28,10 @@ type hostPool struct {
 	mu      sync.Mutex
 	conns   []*pconn // established and not removed (busy, idle or retired)
 	dialing int      // dials in progress
+	// replacing counts the dials in progress (in dialing) that replace a
+	// connection past its lifetime (lifetime.go): no waiter counts on
+	// them, as the connection they replace still takes requests.
+	replacing int
 	// ending counts connections removed (removed) whose end is not
 	// reported yet (ended): what it teaches (a depth fallback, a budget)
 	// must not go with a pool forgotten meanwhile.
@@ -49,9 +53,9 @@ type hostPool struct {
 	// and hostChanged its changes not yet reported (noteDecisionLocked).
 	decision    hostDecision
 	hostChanged []HostEvent
-	// kaRetired counts the connections retired before the end their
-	// server announced in Keep-Alive (keepalive.go), for Stats.
-	kaRetired int
+	// retired counts the connections retired and closed, by reason, for
+	// Stats (counted when they end, with ConnClosed's reason).
+	retired Retirements
 
 	h2      atomic.Pointer[h2Host] // set once a dial negotiated HTTP/2; requests go there
 	learned bool                   // a dial succeeded, so the host's protocol is known
@@ -101,6 +105,11 @@ type sched struct {
 	idleSince    time.Time // when inflight last became 0
 	opened       time.Time
 	idleTimer    *time.Timer
+	lifeTimer    *time.Timer // fires at the end of its lifetime (lifetime.go)
+	// due: older than its lifetime, it still takes requests while its
+	// replacement is dialed (lifetime.go), and does not count among its
+	// address's connections meanwhile.
+	due          bool
 	retireReason CloseReason // why it was retired (Observer)
 	active       bool        // ConnActive was reported last (not ConnIdle)
 	// From the server's Keep-Alive header (keepalive.go): how long the
@@ -135,6 +144,9 @@ type dialHandle struct {
 	// (addrs.go, addrSet.next).
 	pool *hostPool
 	addr netip.Addr
+	// replaces is the connection this dial replaces, past its lifetime:
+	// it retires when the dial ends (lifetime.go).
+	replaces *pconn
 }
 
 // firstHop is the time of a dial's way to its target, before TLS with it:
@@ -220,10 +232,25 @@ func (p *hostPool) retireLocked(c *pconn, why CloseReason) {
 	}
 }
 
-// startDialLocked dials a new connection in its own goroutine. The dial
-// carries the values of the request that started it but not its
-// cancellation: if that request gives up, the connection joins the pool.
-func (p *hostPool) startDialLocked(reqCtx context.Context) {
+// retireNowLocked retires c for why, as the Keep-Alive hints, an address
+// gone from the host's answer and the connection's lifetime do, and
+// reports whether c is to be closed now: it has nothing in flight (the
+// caller closes it once p.mu is released, with errConnClosing). A busy one
+// closes after its last answer (becameIdleLocked). Its end is counted in
+// Stats by reason (ended, Retirements).
+func (p *hostPool) retireNowLocked(c *pconn, why CloseReason) (idle bool) {
+	if c.s.retired || c.s.removed {
+		return false
+	}
+	p.retireLocked(c, why)
+	return c.s.inflight == 0
+}
+
+// startDialLocked dials a new connection in its own goroutine, and
+// returns the dial. The dial carries the values of the request that
+// started it but not its cancellation: if that request gives up, the
+// connection joins the pool.
+func (p *hostPool) startDialLocked(reqCtx context.Context) *dialHandle {
 	p.dialing++
 	t := p.t
 	ctx, cancel := context.WithCancel(context.WithoutCancel(reqCtx))
@@ -257,6 +284,9 @@ func (p *hostPool) startDialLocked(reqCtx context.Context) {
 		p.mu.Lock()
 		p.dialing--
 		delete(p.dials, d)
+		if old := p.replacedLocked(d); old != nil {
+			defer old.fail(errConnClosing) // once p.mu is released
+		}
 		if err != nil && d.abandoned {
 			// Cancelled by CloseIdleConnections while nobody waited: fail
 			// no one (a request that came since dials afresh).
@@ -266,8 +296,9 @@ func (p *hostPool) startDialLocked(reqCtx context.Context) {
 		}
 		if err != nil {
 			// Fail the request that has waited longest (it was waiting on
-			// this dial); the next one dials afresh.
-			if p.waiters.len() > 0 {
+			// this dial); the next one dials afresh. A replacement's dial
+			// was nobody's: its failure is nobody's either.
+			if p.waiters.len() > 0 && d.replaces == nil {
 				p.waiters.removeAt(0).give(waitResult{err: err})
 			}
 			p.dispatchLocked()
@@ -280,6 +311,7 @@ func (p *hostPool) startDialLocked(reqCtx context.Context) {
 		}
 		p.joinUnlock(c, took)
 	}()
+	return d
 }
 
 // joinUnlock adds c, just dialed in took, to p and starts its reader (or
@@ -296,6 +328,7 @@ func (p *hostPool) joinUnlock(c *pconn, took time.Duration) {
 	p.model.noteRoundTrip(took)
 	p.startGraceLocked(took)
 	p.startIdleTimerLocked(c)
+	p.startLifeTimerLocked(c)
 	p.t.wg.Add(1)
 	go c.readLoop()
 	ev := p.connEvent(c, c.s.opened, false)
@@ -628,7 +661,6 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers, hold boo
 	done, idle, victims := p.becameIdleLocked(c)
 	if done && put == nil && s.kaLimit > 0 && s.assigned >= s.kaLimit {
 		put = errKeepAliveMax
-		p.kaRetired++
 	}
 	p.dispatchLocked()
 	ch := p.takeModelChangesLocked()
@@ -731,6 +763,9 @@ func (p *hostPool) removed(c *pconn) {
 		if c.s.idleTimer != nil {
 			c.s.idleTimer.Stop()
 		}
+		if c.s.lifeTimer != nil {
+			c.s.lifeTimer.Stop()
+		}
 		if len(p.conns) == 0 && p.dialing == 0 && p.answered {
 			// The host's last connection is gone (its idle timeout, or
 			// the server's): the next burst waits for its first answer
@@ -768,11 +803,13 @@ func (p *hostPool) ended(c *pconn, err error, unanswered, answered int, headIdle
 		}
 	}
 	empty := len(p.conns) == 0 && p.dialing == 0 && p.waiters.len() == 0 && p.ending == 0
+	why := closeReason(err, c.s.retireReason)
+	p.retired.count(why)
 	var ev ConnEvent
 	o := p.t.opts.Observer
 	if o != nil && o.ConnClosed != nil {
 		ev = p.connEvent(c, time.Now(), c.s.active || unanswered > 0)
-		ev.Reason = closeReason(err, c.s.retireReason)
+		ev.Reason = why
 		if ev.Reason == CloseError {
 			ev.Err = err
 		}
@@ -843,7 +880,6 @@ func (p *hostPool) closeIfIdle(c *pconn) {
 		if c.s.kaIdle == d {
 			err = errKeepAliveTimeout
 			c.s.retireReason = CloseKeepAliveEnd
-			p.kaRetired++
 		}
 	}
 	p.mu.Unlock()
@@ -897,7 +933,7 @@ func (p *hostPool) isClosed() bool {
 func (p *hostPool) stats() HostStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := HostStats{Open: len(p.conns), Dialing: p.dialing, Queued: p.waiters.len(), PipelineDepth: p.depthLocked(), KeepAliveRetired: p.kaRetired}
+	s := HostStats{Open: len(p.conns), Dialing: p.dialing, Queued: p.waiters.len(), PipelineDepth: p.depthLocked(), Retired: p.retired}
 	s.Model = p.modelStatsLocked(s.PipelineDepth)
 	for _, c := range p.conns {
 		s.InFlight += c.s.inflight

@@ -238,7 +238,7 @@ func (p *hostPool) canDialLocked(pipelineable bool) bool {
 	if !pipelineable || n < p.t.pipeConns {
 		return true
 	}
-	usable := p.dialing - hooked
+	usable := p.dialing - p.replacing - hooked // a replacement takes its connection's place
 	for _, c := range p.conns {
 		if s := &c.s; !s.retired && !s.exclusive && !s.streaming && !s.slow && s.held == 0 {
 			usable++
@@ -327,7 +327,7 @@ func (p *hostPool) dialSoonLocked() bool {
 	soon := max(margin*p.model.rtt, quickWait)
 	now := monoNow()
 	for d := range p.dials {
-		if time.Duration(now-d.start) < soon {
+		if d.replaces == nil && time.Duration(now-d.start) < soon { // a replacement's carries nobody's request
 			return true
 		}
 	}
@@ -356,7 +356,7 @@ func (p *hostPool) dispatchLocked() {
 		return
 	}
 	p.farDialLocked()
-	covered := p.dialing
+	covered := p.dialing - p.replacing // waiters count on the dials of their own
 	depth := p.depthLocked()
 	gains := p.gainsLocked()
 	needIdle := 0 // waiters that can only take an idle connection

@@ -33,6 +33,19 @@ const (
 	// the pools of hosts no longer visited do not outlive it.
 	DefaultIdleConnTimeout = 90 * time.Second
 
+	// DefaultMaxConnLifetime is TransportOptions.MaxConnLifetime when it
+	// is zero. Behind a layer-4 load balancer, a connection stays with the
+	// backend it was placed on, so a backend added to the fleet gets
+	// requests only as connections are made again: within this time of
+	// its start, which is a scale-up's time scale (autoscalers look every
+	// 15 to 60 s and wait minutes between decisions; gRPC servers commonly
+	// set MAX_CONNECTION_AGE to minutes). It is well above
+	// DefaultIdleConnTimeout, so an idle connection closes for idleness
+	// first, and a busy one costs one dial per lifetime, dialed before it
+	// retires: 8 busy connections redial once every 37 s or so, a dial
+	// that no request waits for.
+	DefaultMaxConnLifetime = 5 * time.Minute
+
 	// DefaultPipelineDepth is the number of requests in flight on one
 	// connection when TransportOptions.PipelineDepth is zero. Firefox used
 	// 4; deeper pipelines add head-of-line blocking against servers that
@@ -100,6 +113,25 @@ type TransportOptions struct {
 	// Default: 90 s. net/http: Transport.IdleConnTimeout, whose zero means
 	// no limit.
 	IdleConnTimeout time.Duration
+
+	// MaxConnLifetime is how long a connection, HTTP/1.1 or HTTP/2, takes
+	// new requests: once it is older than this (give or take 10%, so that
+	// connections opened together do not end together), it takes no new
+	// request, finishes those it carries (pipelined requests are
+	// answered, streams run to their end: none is cut) and closes. Where
+	// the load needs it (the connection is busy, or no other one is idle),
+	// its replacement is dialed first and the connection retires once the
+	// replacement is up, so that no request waits for a dial it would not
+	// have waited for otherwise. Behind a layer-4 load balancer (a
+	// Kubernetes Service, a cloud network load balancer, HAProxy in mode
+	// tcp), which places connections and not requests, this is how
+	// backends added to the fleet get their share (docs/connecting.md).
+	// Zero means DefaultMaxConnLifetime (5 minutes); a negative value
+	// means no limit. OptionsFrom leaves it zero.
+	//
+	// Default: 5 minutes. net/http: none (a connection lives until either
+	// side closes it, or it is idle for IdleConnTimeout).
+	MaxConnLifetime time.Duration
 
 	// ResponseHeaderTimeout, if non-zero, is how long to wait for a
 	// response's headers once the request has been fully written and is the
@@ -444,6 +476,10 @@ var (
 	// dials of a burst to a host near by, where a loopback connect under
 	// the race detector has taken 20 ms.
 	testHookFarHop time.Duration
+	// testHookMaxConnLifetime, if positive, replaces DefaultMaxConnLifetime
+	// for a MaxConnLifetime left zero: tests of the default behind a load
+	// balancer that run in seconds, not minutes.
+	testHookMaxConnLifetime time.Duration
 )
 
 // NewTransport returns a Transport configured by opts.
@@ -482,6 +518,12 @@ func (t *Transport) init() {
 	}
 	if t.opts.IdleConnTimeout == 0 {
 		t.opts.IdleConnTimeout = DefaultIdleConnTimeout
+	}
+	if t.opts.MaxConnLifetime == 0 {
+		t.opts.MaxConnLifetime = DefaultMaxConnLifetime
+		if testHookMaxConnLifetime > 0 {
+			t.opts.MaxConnLifetime = testHookMaxConnLifetime
+		}
 	}
 	if t.opts.MaxResponseHeaderBytes <= 0 {
 		t.opts.MaxResponseHeaderBytes = DefaultMaxResponseHeaderBytes
@@ -622,10 +664,10 @@ type HostStats struct {
 	InFlight int // requests written or assigned to a connection, not yet answered
 	Queued   int // requests waiting for a connection
 
-	// KeepAliveRetired counts the connections retired before the end
-	// their server announced in a Keep-Alive header (timeout= or max=),
-	// so that no request met a connection the server was closing.
-	KeepAliveRetired int
+	// Retired counts the host's connections that the transport retired,
+	// by reason: they took no new request, finished what they carried and
+	// closed (ConnClosed reports each with the same reason).
+	Retired Retirements
 
 	// PipelineDepth is the host's effective pipeline depth: the
 	// Transport's; fewer when the host's answers are large (about 512 KiB
@@ -657,6 +699,42 @@ type HostStats struct {
 	// name (DisableAddrSpreading, DialContext without DialResolved).
 	// HTTP/2 connections are not counted in it.
 	Addrs []AddrStats
+}
+
+// Retirements counts a host's retired connections by reason, in
+// [HostStats]. One mechanism retires them all: the connection takes no new
+// request, finishes what it carries, and closes.
+type Retirements struct {
+	// KeepAlive: retired before the end their server announced in a
+	// Keep-Alive header (timeout= or max=), so that no request met a
+	// connection the server was closing (CloseKeepAliveEnd).
+	KeepAlive int
+
+	// Drained: their address left the host's answer (Resolver;
+	// CloseDrained).
+	Drained int
+
+	// Lifetime: older than MaxConnLifetime (CloseLifetime).
+	Lifetime int
+}
+
+// count adds a connection closed for why, if why is a retirement's reason.
+func (r *Retirements) count(why CloseReason) {
+	switch why {
+	case CloseKeepAliveEnd:
+		r.KeepAlive++
+	case CloseDrained:
+		r.Drained++
+	case CloseLifetime:
+		r.Lifetime++
+	}
+}
+
+// add adds o's counts to r's.
+func (r *Retirements) add(o Retirements) {
+	r.KeepAlive += o.KeepAlive
+	r.Drained += o.Drained
+	r.Lifetime += o.Lifetime
 }
 
 // HostModel is what a [Transport] has learned about one host and what it

@@ -74,7 +74,10 @@ const (
 	ResendCauseKey = attribute.Key("pipelined.resend.cause")
 
 	// CloseReasonKey is why a connection closed (pipelined.CloseReason's
-	// String: "idle_timeout", "server_close", "error", ...).
+	// String: "idle_timeout", "server_close", "error", ...). The count of
+	// http.client.connection.duration by it counts the connections
+	// retired: "keep_alive_end", "drained" and "lifetime"
+	// (TransportOptions.MaxConnLifetime), as HostStats.Retired does.
 	CloseReasonKey = attribute.Key("pipelined.connection.close_reason")
 
 	// RouteVerdictKey is a route class's verdict after a change
