@@ -76,6 +76,9 @@ type scenario struct {
 	// settings, C and K do not apply.
 	Defaults bool   `json:"defaults,omitempty"`
 	URL      string `json:"url,omitempty"` // -url: the server is the user's
+	// Breakdown shows the breakdown columns (usage.go): -breakdown, or the
+	// breakdown suite.
+	Breakdown bool `json:"breakdown,omitempty"`
 
 	// Clients are the scenario's rows when it names its own; duration, if
 	// set, replaces the options' duration when DURATION was not given.
@@ -238,6 +241,10 @@ type result struct {
 	Rounds         int  `json:"rounds,omitempty"`
 	// Stream: the StreamBeside scenarios' stream, over the whole cell.
 	Stream *streamStats `json:"stream,omitempty"`
+	// Usage: what the client process spent over the measured windows
+	// (usage.go), and Breakdown, the same per successful request.
+	Usage     *usage     `json:"usage,omitempty"`
+	Breakdown *breakdown `json:"breakdown,omitempty"`
 
 	lat     []time.Duration // sorted latencies, for merging rounds
 	loadLat []time.Duration // the download suite's load requests' (sorted)
@@ -265,6 +272,13 @@ func (r *result) merge(b result) {
 	r.StoppedAtBound = r.StoppedAtBound || b.StoppedAtBound
 	r.Dials += b.Dials
 	r.Stream = r.Stream.merge(b.Stream)
+	if b.Usage != nil {
+		u := b.Usage.add(usage{})
+		if r.Usage != nil {
+			u = r.Usage.add(u)
+		}
+		r.Usage = &u
+	}
 	r.Bytes += b.Bytes
 	r.ServerRequests += b.ServerRequests
 	r.ServerDistinct += b.ServerDistinct
@@ -301,6 +315,9 @@ func (r *result) finish() {
 	if r.Requests > 0 { // per successful request: failures are waste
 		r.CPUPerReq = float64(r.cpu.Microseconds()) / float64(r.Requests)
 	}
+	if r.Usage != nil {
+		r.Breakdown = r.Usage.per(r.Requests)
+	}
 	if r.Seconds > 0 {
 		r.MBPerSec = float64(r.Bytes) / 1e6 / r.Seconds
 	}
@@ -334,6 +351,7 @@ type options struct {
 	noKeepAlive              string
 	jsonFile, plotFile       string
 	markdownFile, readmeFile string // -markdown, -readme
+	breakdown                bool   // -breakdown: every table shows the breakdown columns
 	single                   bool   // a scenario was given: run just that
 
 	suites      []string // the suites to run (when not single)
@@ -372,6 +390,7 @@ func main() {
 	fMarkdown := flag.String("markdown", "", "write the run's page (machine, method, summary, what is not ahead yet, every table with its ratios) as Markdown to `FILE`")
 	fReadme := flag.String("readme", "", "replace the benchmark table between the markers of `FILE` (the README) with this run's summary of the default suites")
 	fPlot := flag.String("plot", "", "draw req/s against P per client (MB/s against body size for the bodies and chunked suites) as SVG to `FILE.svg`")
+	fBreakdown := flag.Bool("breakdown", false, "show where each client's CPU per request goes, beside CPU/req: system CPU, read and write system calls, context switches, goroutine switches and starts, allocations, GC cycles and lock waits per request (README.md#columns)")
 	fSuite := flag.String("suite", "", "comma list of suites to run (env SUITE, default \"default,concurrency\"): "+strings.Join(suiteNames, ", ")+", or all")
 	fURL := flag.String("url", "", "benchmark net/http against pipelined on the server at `URL` (http or https, yours: this sends load) instead of the embedded servers; -c, -k, -p, -duration, -rounds apply")
 	fMethod := flag.String("method", "", "with -url: GET or HEAD (env METHOD, default GET)")
@@ -471,6 +490,7 @@ Flags override environment variables.
 	}
 	opts.jsonFile, opts.plotFile, opts.chunked = *fJSON, *fPlot, *fChunked
 	opts.markdownFile, opts.readmeFile = *fMarkdown, *fReadme
+	opts.breakdown = *fBreakdown
 	if err := opts.setRunFlags(*fSuite, *fURL, *fMethod, *fMaxReq, *fDur, *fClients); err != nil {
 		fmt.Fprintln(os.Stderr, "benchmarks:", err)
 		os.Exit(2)
@@ -748,6 +768,7 @@ func run(o *options, out io.Writer) error {
 		}
 	}
 	for _, sc := range scs {
+		sc.Breakdown = sc.Breakdown || o.breakdown
 		var base clientConfig
 		if sc.URL != "" {
 			base.URL = sc.URL
@@ -1050,7 +1071,7 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 		time.Sleep(5 * time.Millisecond)
 	}
 	dc.reset()
-	cpu0, t0 := cpuTime(), time.Now()
+	u0, t0 := readUsage(), time.Now()
 	end := t0.Add(duration)
 	from.Store(int64(t0.Sub(start)))
 	to.Store(int64(end.Sub(start)))
@@ -1067,7 +1088,7 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 		}
 		time.Sleep(min(5*time.Millisecond, end.Sub(now)))
 	}
-	cpu, elapsed := cpuTime()-cpu0, time.Since(t0)
+	use, elapsed := readUsage().sub(u0), time.Since(t0)
 	r.StoppedAtBound = limit > 0 && running.Load() == 0 && elapsed < duration
 	r.Dials = dc.dials.Load()
 	r.OpenAtEnd = dc.open.Load()
@@ -1119,7 +1140,7 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 	if r.FirstError == "" && r.Requests == 0 && warmErr != "" {
 		r.FirstError = "outside the measured window: " + warmErr
 	}
-	r.lat, r.cpu = all, cpu
+	r.lat, r.cpu, r.Usage = all, use.cpu(), &use
 	r.finish()
 	r.MaxOpen = maxOpen
 	return r
@@ -1203,6 +1224,9 @@ func makeTable(sc scenario, rows []result) table {
 		t.cols = append(t.cols, "max")
 	}
 	t.cols = append(t.cols, "CPU/req")
+	if sc.Breakdown {
+		t.cols = append(t.cols, breakdownCols...)
+	}
 	if bytesCols {
 		t.cols = append(t.cols, "MB/s", "CPU/MB")
 	}
@@ -1228,6 +1252,9 @@ func makeTable(sc scenario, rows []result) table {
 			vals = append(vals, fmtMs(r.MaxMs))
 		}
 		vals = append(vals, fmt.Sprintf("%.1fµs", r.CPUPerReq))
+		if sc.Breakdown {
+			vals = append(vals, r.Breakdown.cells()...)
+		}
 		if bytesCols {
 			mbs := fmt.Sprintf("%.0f", r.MBPerSec)
 			if r.MBPerSec < 10 {

@@ -26,7 +26,7 @@ import (
 
 // Suites, in the order "all" runs them. Each is a list of scenarios; see
 // suiteScenarios and README.md.
-var suiteNames = []string{"default", "concurrency", "bodies", "chunked", "p1", "p5", "post", "upload", "slow", "undici", "hosts", "addrs", "tls", "rest", "download"}
+var suiteNames = []string{"default", "concurrency", "bodies", "chunked", "p1", "p5", "post", "upload", "slow", "undici", "hosts", "addrs", "tls", "rest", "download", "breakdown"}
 
 // suiteAbout says in a sentence what each suite shows (the -markdown page).
 var suiteAbout = map[string]string{
@@ -43,6 +43,7 @@ var suiteAbout = map[string]string{
 	"hosts":       "200 hosts on 127.0.0.1, requests spread over them: pools per host, and the connections and goroutines left at the end.",
 	"rest":        "A REST client's load: every request to its own path `/items/<id>`; then the same load beside a long-lived streaming GET (ndjson, a line every 100 ms) closed and sent again every 500 ms, on the same host.",
 	"tls":         "HTTP/1.1 over TLS, and HTTP/2 where the server offers it (the serial server does; the concurrent one speaks HTTP/1.1 only).",
+	"breakdown":   "Where each client's CPU per request goes, beside CPU/req (system calls, context switches, goroutine switches, allocations): the everyday cell (10 ms answers, 10 callers) and the per-request cost alone (P=5, no delay), on the concurrent server, with fasthttp's engines behind `http.Client`.",
 	"download":    "One caller downloading 1 MiB, 64 MiB and 1 GiB bodies in 32 KiB reads, alone and beside ten callers' paced 128 B GETs to the same host: the download's MB/s and the client's CPU per MB, with fasthttp's streaming body.",
 }
 
@@ -181,6 +182,13 @@ func suiteScenarios(name string, o *options) []scenario {
 					Clients: []string{clientNetHTTP, clientPipelined, clientFastHostStream}})
 			}
 		}
+	case "breakdown":
+		// Where the CPU per request goes (usage.go), in the everyday cell
+		// and at P=5 with no delay, beside fasthttp's engines behind the
+		// same API: the cells a profile against them starts from.
+		out = append(out,
+			scenario{Server: modeConcurrent, C: 5, K: 10, P: 10, Delay: 10 * ms, Body: 128, Breakdown: true, Clients: withRoundTrippers},
+			scenario{Server: modeConcurrent, C: 5, K: 10, P: 5, Body: 128, Breakdown: true, Clients: withRoundTrippers})
 	case "tls":
 		// HTTP/1.1 over TLS, and HTTP/2 where the server offers it (the
 		// serial server is net/http's, which speaks h2; the concurrent one
