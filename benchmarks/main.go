@@ -84,6 +84,11 @@ type scenario struct {
 	// set, replaces the options' duration when DURATION was not given.
 	Clients  []string `json:"-"`
 	duration time.Duration
+	// roundTrippers puts each fasthttp engine's row behind the net/http
+	// API (roundtripper.go) below the engine's, when the run's clients
+	// are the default ones: every CPU figure of fasthttp has its
+	// like-for-like twin.
+	roundTrippers bool
 }
 
 func (s scenario) String() string {
@@ -728,6 +733,9 @@ func (o *options) clientsFor(sc scenario) []string {
 	out := slices.Clone(o.clients)
 	if sc.Clients != nil && !o.clientsSet {
 		out = slices.Clone(sc.Clients)
+	}
+	if sc.roundTrippers && !o.clientsSet {
+		out = withRoundTripperRows(out)
 	}
 	if o.noKeepAlive == "on" || (o.noKeepAlive == "auto" && sc.Delay > 0 && sc.Clients == nil) {
 		for _, n := range []string{clientNetHTTPNoKA, clientPipelinedNoKA} {

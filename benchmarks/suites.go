@@ -61,6 +61,21 @@ var bodySizes = []int{128, 16 << 10, 64 << 10, 64<<10 + 1, 256 << 10, 256<<10 + 
 var withRoundTrippers = []string{clientNetHTTP, clientPipelined,
 	clientFastHost, clientFastHostRT, clientFastPipeline, clientFastPipelineRT}
 
+// withRoundTripperRows returns names with each fasthttp engine's
+// RoundTripper row below the engine's, where it is not there already.
+func withRoundTripperRows(names []string) []string {
+	var out []string
+	for _, n := range names {
+		out = append(out, n)
+		for _, rt := range []string{clientFastHostRT, clientFastPipelineRT} {
+			if n+" "+rtSuffix == rt && !slices.Contains(names, rt) {
+				out = append(out, rt)
+			}
+		}
+	}
+	return out
+}
+
 // suiteScenarios returns the scenarios of the named suite. The servers of
 // o.servers apply to the suites that run on both; BODY to the default one.
 func suiteScenarios(name string, o *options) []scenario {
@@ -77,9 +92,9 @@ func suiteScenarios(name string, o *options) []scenario {
 	switch name {
 	case "default":
 		for _, kp := range [][2]int{{10, 10}, {1, 10}, {10, 50}, {10, 500}} {
-			out = append(out, both(scenario{C: 5, K: kp[0], P: kp[1], Delay: 10 * ms, Body: o.body})...)
+			out = append(out, both(scenario{C: 5, K: kp[0], P: kp[1], Delay: 10 * ms, Body: o.body, roundTrippers: true})...)
 		}
-		out = append(out, both(scenario{C: 5, K: 10, P: 50, Body: o.body})...)
+		out = append(out, both(scenario{C: 5, K: 10, P: 50, Body: o.body, roundTrippers: true})...)
 	case "concurrency":
 		// A service migrated with OptionsFrom(http.DefaultTransport)
 		// must not be slower than with net/http when requests cannot be
@@ -95,7 +110,7 @@ func suiteScenarios(name string, o *options) []scenario {
 		}
 	case "bodies":
 		for _, b := range bodySizes {
-			out = append(out, scenario{Server: modeConcurrent, C: 5, K: 10, P: 50, Body: b})
+			out = append(out, scenario{Server: modeConcurrent, C: 5, K: 10, P: 50, Body: b, roundTrippers: true})
 		}
 	case "chunked":
 		// The bodies suite's sizes from 16 KiB, sent chunked: what a
@@ -104,7 +119,7 @@ func suiteScenarios(name string, o *options) []scenario {
 		// Both servers: net/http's chunks each write of its handler.
 		for _, b := range bodySizes {
 			if b >= 16<<10 {
-				out = append(out, both(scenario{C: 5, K: 10, P: 50, Body: b, Chunked: true})...)
+				out = append(out, both(scenario{C: 5, K: 10, P: 50, Body: b, Chunked: true, roundTrippers: true})...)
 			}
 		}
 	case "p1":
@@ -194,7 +209,7 @@ func suiteScenarios(name string, o *options) []scenario {
 		// serial server is net/http's, which speaks h2; the concurrent one
 		// speaks http/1.1 only, so the h2 rows fall back to HTTP/1.1 there).
 		out = both(scenario{C: 5, K: 10, P: 50, Body: 128, TLS: true,
-			Clients: []string{clientNetHTTPH2, clientNetHTTPH1, clientPipelinedH2, clientPipelinedH1, clientFastHost, clientFastPipeline}})
+			Clients: []string{clientNetHTTPH2, clientNetHTTPH1, clientPipelinedH2, clientPipelinedH1, clientFastHost, clientFastHostRT, clientFastPipeline, clientFastPipelineRT}})
 	case "rest":
 		// A REST client: a fresh path per request; then the same load
 		// beside a stream to the same host (scenario.StreamBeside).
