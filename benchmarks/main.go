@@ -76,6 +76,11 @@ type scenario struct {
 	// settings, C and K do not apply.
 	Defaults bool   `json:"defaults,omitempty"`
 	URL      string `json:"url,omitempty"` // -url: the server is the user's
+	// Gateway: the rows are transports of a reverse proxy in a child
+	// process in front of the Server (gateway.go), driven by P callers
+	// on as many keep-alive connections; C and K are the proxy's
+	// connections to the server. CPU and the breakdown are the proxy's.
+	Gateway bool `json:"gateway,omitempty"`
 	// Breakdown shows the breakdown columns (usage.go): -breakdown, or the
 	// breakdown suite.
 	Breakdown bool `json:"breakdown,omitempty"`
@@ -109,7 +114,9 @@ func (s scenario) String() string {
 		}
 		return b.String()
 	}
-	if s.Defaults {
+	if s.Gateway {
+		fmt.Fprintf(&b, "gateway (ReverseProxy, %d callers on keep-alive connections) to the %s server, C=%d K=%d", s.P, s.Server, s.C, s.K)
+	} else if s.Defaults {
 		fmt.Fprintf(&b, "%s server, clients' defaults P=%d", s.Server, s.P)
 	} else {
 		fmt.Fprintf(&b, "%s server, C=%d K=%d P=%d", s.Server, s.C, s.K, s.P)
@@ -156,7 +163,7 @@ func (s scenario) meanDelay() time.Duration {
 // not ours).
 func (s scenario) ideal() float64 {
 	d := s.meanDelay()
-	if d <= 0 || s.URL != "" || s.Download {
+	if d <= 0 || s.URL != "" || s.Download || s.Gateway {
 		return 0
 	}
 	if s.Defaults { // net/http's default: a connection per request
@@ -775,11 +782,27 @@ func run(o *options, out io.Writer) error {
 			return err
 		}
 	}
+	var nginx *nginxBackend // started for the first scenario that needs it
+	var nginxErr error
+	defer func() {
+		if nginx != nil {
+			nginx.Close()
+		}
+	}()
 	for _, sc := range scs {
 		sc.Breakdown = sc.Breakdown || o.breakdown
 		var base clientConfig
 		if sc.URL != "" {
 			base.URL = sc.URL
+		} else if sc.Server == modeNginx {
+			if nginx == nil && nginxErr == nil {
+				nginx, nginxErr = startNginxBackend(sc.Body)
+			}
+			if nginxErr != nil {
+				base.skip = nginxErr.Error()
+			} else {
+				base.Addrs = []string{nginx.Addr}
+			}
 		} else {
 			cfg := sc.serverConfig(certFile, keyFile)
 			srv := servers[cfg]
@@ -977,9 +1000,43 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 		cfg.Cell = newCellID()
 	}
 	cfg.IDs = sc.IDs
+	if base.skip != "" {
+		r.Skipped = base.skip
+		return r
+	}
 	runtime.GC() // the previous cell's garbage
 	g0 := runtime.NumGoroutine()
-	cl, err := newClient(name, cfg)
+	// The usage measured: this process's, or the gateway child's.
+	snap := readUsage
+	var (
+		gw      *gateway
+		gwFirst gatewayUsage
+		gwLast  gatewayUsage
+		gwErr   error
+		cl      benchClient
+		err     error
+	)
+	if sc.Gateway {
+		if gw, err = startGateway(name, base.Addrs[0], sc, o.timeout); err != nil {
+			r.Skipped = err.Error()
+			return r
+		}
+		defer gw.Close()
+		// The load: a keep-alive net/http connection per caller.
+		lc := cfg
+		lc.Addrs, lc.C, lc.Dialer = []string{gw.child.Addr}, sc.P, newDialCounter()
+		cl, err = newClient(clientNetHTTP, lc)
+		snap = func() usage {
+			gu, err := gw.usage()
+			if err != nil && gwErr == nil {
+				gwErr = err
+			}
+			gwFirst, gwLast = cmp.Or(gwFirst, gu), gu
+			return gu.Usage
+		}
+	} else {
+		cl, err = newClient(name, cfg)
+	}
 	if err != nil {
 		r.Skipped = err.Error()
 		return r
@@ -1079,7 +1136,7 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 		time.Sleep(5 * time.Millisecond)
 	}
 	dc.reset()
-	u0, t0 := readUsage(), time.Now()
+	u0, t0 := snap(), time.Now()
 	end := t0.Add(duration)
 	from.Store(int64(t0.Sub(start)))
 	to.Store(int64(end.Sub(start)))
@@ -1096,7 +1153,7 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 		}
 		time.Sleep(min(5*time.Millisecond, end.Sub(now)))
 	}
-	use, elapsed := readUsage().sub(u0), time.Since(t0)
+	use, elapsed := snap().sub(u0), time.Since(t0)
 	r.StoppedAtBound = limit > 0 && running.Load() == 0 && elapsed < duration
 	r.Dials = dc.dials.Load()
 	r.OpenAtEnd = dc.open.Load()
@@ -1106,6 +1163,13 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 		r.OpenAtEnd = int64(ps.Open)
 	} else {
 		maxOpen = int(dc.maxOpen.Load())
+	}
+	if gw != nil { // the gateway's connections to its backend
+		r.Dials, maxOpen = gwLast.Dials-gwFirst.Dials, int(gwLast.Open)
+		r.OpenAtEnd = gwLast.Open
+		if gwErr != nil {
+			r.FirstError = "gateway usage: " + gwErr.Error()
+		}
 	}
 	stop.Store(true)
 	cancel()

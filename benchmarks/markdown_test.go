@@ -80,6 +80,9 @@ func TestRoundTripperTwins(t *testing.T) {
 	}
 	for _, suite := range []string{"default", "bodies", "chunked", "tls", "p5", "post", "breakdown"} {
 		for _, sc := range suiteScenarios(suite, o) {
+			if sc.Suite == "default" && (sc.K == 1 || sc.P > 50) {
+				continue // kept short: see suiteScenarios
+			}
 			names := o.clientsFor(sc)
 			for _, want := range []string{clientFastHostRT, clientFastPipelineRT} {
 				if !slices.Contains(names, want) {
