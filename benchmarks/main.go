@@ -1084,9 +1084,16 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 	var gateOnce sync.Once
 	openGate := func() { gateOnce.Do(func() { close(gate) }) }
 	defer openGate()
+	// The callers carry the row's name and the scenario as profiler labels, and so do the
+	// goroutines they start (a connection's reader and writer): with
+	// -cpuprofile, "go tool pprof -tagfocus client=NAME" shows one row's
+	// share of an interleaved run. The scheduler's own work (finding a
+	// goroutine to run, the network poller) carries no label.
+	labels := pprof.WithLabels(context.Background(), pprof.Labels("client", name, "scenario", sc.String()))
 	for i := range sc.P {
 		wg.Add(1)
 		go func() {
+			pprof.SetGoroutineLabels(labels)
 			defer wg.Done()
 			defer running.Add(-1)
 			l := make([]time.Duration, 0, 256)
