@@ -100,6 +100,9 @@ type clientConfig struct {
 	// IDs: every request goes to /items/<id>, a fresh random id of 16
 	// hex digits each time.
 	IDs bool
+	// skip, if set, is why the scenario's rows cannot run (its server
+	// could not be started): each row is skipped with it.
+	skip string
 }
 
 // backendsName is the one name of a Backends scenario's servers.

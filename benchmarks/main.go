@@ -76,11 +76,24 @@ type scenario struct {
 	// settings, C and K do not apply.
 	Defaults bool   `json:"defaults,omitempty"`
 	URL      string `json:"url,omitempty"` // -url: the server is the user's
+	// Gateway: the rows are transports of a reverse proxy in a child
+	// process in front of the Server (gateway.go), driven by P callers
+	// on as many keep-alive connections; C and K are the proxy's
+	// connections to the server. CPU and the breakdown are the proxy's.
+	Gateway bool `json:"gateway,omitempty"`
+	// Breakdown shows the breakdown columns (usage.go): -breakdown, or the
+	// breakdown suite.
+	Breakdown bool `json:"breakdown,omitempty"`
 
 	// Clients are the scenario's rows when it names its own; duration, if
 	// set, replaces the options' duration when DURATION was not given.
 	Clients  []string `json:"-"`
 	duration time.Duration
+	// roundTrippers puts each fasthttp engine's row behind the net/http
+	// API (roundtripper.go) below the engine's, when the run's clients
+	// are the default ones: every CPU figure of fasthttp has its
+	// like-for-like twin.
+	roundTrippers bool
 }
 
 func (s scenario) String() string {
@@ -101,7 +114,9 @@ func (s scenario) String() string {
 		}
 		return b.String()
 	}
-	if s.Defaults {
+	if s.Gateway {
+		fmt.Fprintf(&b, "gateway (ReverseProxy, %d callers on keep-alive connections) to the %s server, C=%d K=%d", s.P, s.Server, s.C, s.K)
+	} else if s.Defaults {
 		fmt.Fprintf(&b, "%s server, clients' defaults P=%d", s.Server, s.P)
 	} else {
 		fmt.Fprintf(&b, "%s server, C=%d K=%d P=%d", s.Server, s.C, s.K, s.P)
@@ -148,7 +163,7 @@ func (s scenario) meanDelay() time.Duration {
 // not ours).
 func (s scenario) ideal() float64 {
 	d := s.meanDelay()
-	if d <= 0 || s.URL != "" || s.Download {
+	if d <= 0 || s.URL != "" || s.Download || s.Gateway {
 		return 0
 	}
 	if s.Defaults { // net/http's default: a connection per request
@@ -238,6 +253,10 @@ type result struct {
 	Rounds         int  `json:"rounds,omitempty"`
 	// Stream: the StreamBeside scenarios' stream, over the whole cell.
 	Stream *streamStats `json:"stream,omitempty"`
+	// Usage: what the client process spent over the measured windows
+	// (usage.go), and Breakdown, the same per successful request.
+	Usage     *usage     `json:"usage,omitempty"`
+	Breakdown *breakdown `json:"breakdown,omitempty"`
 
 	lat     []time.Duration // sorted latencies, for merging rounds
 	loadLat []time.Duration // the download suite's load requests' (sorted)
@@ -265,6 +284,13 @@ func (r *result) merge(b result) {
 	r.StoppedAtBound = r.StoppedAtBound || b.StoppedAtBound
 	r.Dials += b.Dials
 	r.Stream = r.Stream.merge(b.Stream)
+	if b.Usage != nil {
+		u := b.Usage.add(usage{})
+		if r.Usage != nil {
+			u = r.Usage.add(u)
+		}
+		r.Usage = &u
+	}
 	r.Bytes += b.Bytes
 	r.ServerRequests += b.ServerRequests
 	r.ServerDistinct += b.ServerDistinct
@@ -301,6 +327,9 @@ func (r *result) finish() {
 	if r.Requests > 0 { // per successful request: failures are waste
 		r.CPUPerReq = float64(r.cpu.Microseconds()) / float64(r.Requests)
 	}
+	if r.Usage != nil {
+		r.Breakdown = r.Usage.per(r.Requests)
+	}
 	if r.Seconds > 0 {
 		r.MBPerSec = float64(r.Bytes) / 1e6 / r.Seconds
 	}
@@ -334,6 +363,7 @@ type options struct {
 	noKeepAlive              string
 	jsonFile, plotFile       string
 	markdownFile, readmeFile string // -markdown, -readme
+	breakdown                bool   // -breakdown: every table shows the breakdown columns
 	single                   bool   // a scenario was given: run just that
 
 	suites      []string // the suites to run (when not single)
@@ -372,6 +402,7 @@ func main() {
 	fMarkdown := flag.String("markdown", "", "write the run's page (machine, method, summary, what is not ahead yet, every table with its ratios) as Markdown to `FILE`")
 	fReadme := flag.String("readme", "", "replace the benchmark table between the markers of `FILE` (the README) with this run's summary of the default suites")
 	fPlot := flag.String("plot", "", "draw req/s against P per client (MB/s against body size for the bodies and chunked suites) as SVG to `FILE.svg`")
+	fBreakdown := flag.Bool("breakdown", false, "show where each client's CPU per request goes, beside CPU/req: system CPU, read and write system calls, context switches, goroutine switches and starts, allocations, GC cycles and lock waits per request (README.md#columns)")
 	fSuite := flag.String("suite", "", "comma list of suites to run (env SUITE, default \"default,concurrency\"): "+strings.Join(suiteNames, ", ")+", or all")
 	fURL := flag.String("url", "", "benchmark net/http against pipelined on the server at `URL` (http or https, yours: this sends load) instead of the embedded servers; -c, -k, -p, -duration, -rounds apply")
 	fMethod := flag.String("method", "", "with -url: GET or HEAD (env METHOD, default GET)")
@@ -471,6 +502,7 @@ Flags override environment variables.
 	}
 	opts.jsonFile, opts.plotFile, opts.chunked = *fJSON, *fPlot, *fChunked
 	opts.markdownFile, opts.readmeFile = *fMarkdown, *fReadme
+	opts.breakdown = *fBreakdown
 	if err := opts.setRunFlags(*fSuite, *fURL, *fMethod, *fMaxReq, *fDur, *fClients); err != nil {
 		fmt.Fprintln(os.Stderr, "benchmarks:", err)
 		os.Exit(2)
@@ -709,6 +741,9 @@ func (o *options) clientsFor(sc scenario) []string {
 	if sc.Clients != nil && !o.clientsSet {
 		out = slices.Clone(sc.Clients)
 	}
+	if sc.roundTrippers && !o.clientsSet {
+		out = withRoundTripperRows(out)
+	}
 	if o.noKeepAlive == "on" || (o.noKeepAlive == "auto" && sc.Delay > 0 && sc.Clients == nil) {
 		for _, n := range []string{clientNetHTTPNoKA, clientPipelinedNoKA} {
 			if !slices.Contains(out, n) {
@@ -747,10 +782,27 @@ func run(o *options, out io.Writer) error {
 			return err
 		}
 	}
+	var nginx *nginxBackend // started for the first scenario that needs it
+	var nginxErr error
+	defer func() {
+		if nginx != nil {
+			nginx.Close()
+		}
+	}()
 	for _, sc := range scs {
+		sc.Breakdown = sc.Breakdown || o.breakdown
 		var base clientConfig
 		if sc.URL != "" {
 			base.URL = sc.URL
+		} else if sc.Server == modeNginx {
+			if nginx == nil && nginxErr == nil {
+				nginx, nginxErr = startNginxBackend(sc.Body)
+			}
+			if nginxErr != nil {
+				base.skip = nginxErr.Error()
+			} else {
+				base.Addrs = []string{nginx.Addr}
+			}
 		} else {
 			cfg := sc.serverConfig(certFile, keyFile)
 			srv := servers[cfg]
@@ -948,9 +1000,43 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 		cfg.Cell = newCellID()
 	}
 	cfg.IDs = sc.IDs
+	if base.skip != "" {
+		r.Skipped = base.skip
+		return r
+	}
 	runtime.GC() // the previous cell's garbage
 	g0 := runtime.NumGoroutine()
-	cl, err := newClient(name, cfg)
+	// The usage measured: this process's, or the gateway child's.
+	snap := readUsage
+	var (
+		gw      *gateway
+		gwFirst gatewayUsage
+		gwLast  gatewayUsage
+		gwErr   error
+		cl      benchClient
+		err     error
+	)
+	if sc.Gateway {
+		if gw, err = startGateway(name, base.Addrs[0], sc, o.timeout); err != nil {
+			r.Skipped = err.Error()
+			return r
+		}
+		defer gw.Close()
+		// The load: a keep-alive net/http connection per caller.
+		lc := cfg
+		lc.Addrs, lc.C, lc.Dialer = []string{gw.child.Addr}, sc.P, newDialCounter()
+		cl, err = newClient(clientNetHTTP, lc)
+		snap = func() usage {
+			gu, err := gw.usage()
+			if err != nil && gwErr == nil {
+				gwErr = err
+			}
+			gwFirst, gwLast = cmp.Or(gwFirst, gu), gu
+			return gu.Usage
+		}
+	} else {
+		cl, err = newClient(name, cfg)
+	}
 	if err != nil {
 		r.Skipped = err.Error()
 		return r
@@ -998,9 +1084,16 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 	var gateOnce sync.Once
 	openGate := func() { gateOnce.Do(func() { close(gate) }) }
 	defer openGate()
+	// The callers carry the row's name and the scenario as profiler labels, and so do the
+	// goroutines they start (a connection's reader and writer): with
+	// -cpuprofile, "go tool pprof -tagfocus client=NAME" shows one row's
+	// share of an interleaved run. The scheduler's own work (finding a
+	// goroutine to run, the network poller) carries no label.
+	labels := pprof.WithLabels(context.Background(), pprof.Labels("client", name, "scenario", sc.String()))
 	for i := range sc.P {
 		wg.Add(1)
 		go func() {
+			pprof.SetGoroutineLabels(labels)
 			defer wg.Done()
 			defer running.Add(-1)
 			l := make([]time.Duration, 0, 256)
@@ -1050,7 +1143,7 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 		time.Sleep(5 * time.Millisecond)
 	}
 	dc.reset()
-	cpu0, t0 := cpuTime(), time.Now()
+	u0, t0 := snap(), time.Now()
 	end := t0.Add(duration)
 	from.Store(int64(t0.Sub(start)))
 	to.Store(int64(end.Sub(start)))
@@ -1067,7 +1160,7 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 		}
 		time.Sleep(min(5*time.Millisecond, end.Sub(now)))
 	}
-	cpu, elapsed := cpuTime()-cpu0, time.Since(t0)
+	use, elapsed := snap().sub(u0), time.Since(t0)
 	r.StoppedAtBound = limit > 0 && running.Load() == 0 && elapsed < duration
 	r.Dials = dc.dials.Load()
 	r.OpenAtEnd = dc.open.Load()
@@ -1077,6 +1170,13 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 		r.OpenAtEnd = int64(ps.Open)
 	} else {
 		maxOpen = int(dc.maxOpen.Load())
+	}
+	if gw != nil { // the gateway's connections to its backend
+		r.Dials, maxOpen = gwLast.Dials-gwFirst.Dials, int(gwLast.Open)
+		r.OpenAtEnd = gwLast.Open
+		if gwErr != nil {
+			r.FirstError = "gateway usage: " + gwErr.Error()
+		}
 	}
 	stop.Store(true)
 	cancel()
@@ -1119,7 +1219,7 @@ func runCell(sc scenario, name string, base clientConfig, o *options) result {
 	if r.FirstError == "" && r.Requests == 0 && warmErr != "" {
 		r.FirstError = "outside the measured window: " + warmErr
 	}
-	r.lat, r.cpu = all, cpu
+	r.lat, r.cpu, r.Usage = all, use.cpu(), &use
 	r.finish()
 	r.MaxOpen = maxOpen
 	return r
@@ -1203,6 +1303,9 @@ func makeTable(sc scenario, rows []result) table {
 		t.cols = append(t.cols, "max")
 	}
 	t.cols = append(t.cols, "CPU/req")
+	if sc.Breakdown {
+		t.cols = append(t.cols, breakdownCols...)
+	}
 	if bytesCols {
 		t.cols = append(t.cols, "MB/s", "CPU/MB")
 	}
@@ -1228,6 +1331,9 @@ func makeTable(sc scenario, rows []result) table {
 			vals = append(vals, fmtMs(r.MaxMs))
 		}
 		vals = append(vals, fmt.Sprintf("%.1fµs", r.CPUPerReq))
+		if sc.Breakdown {
+			vals = append(vals, r.Breakdown.cells()...)
+		}
 		if bytesCols {
 			mbs := fmt.Sprintf("%.0f", r.MBPerSec)
 			if r.MBPerSec < 10 {

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -66,5 +67,42 @@ func TestReadmeNeedsMarkers(t *testing.T) {
 				t.Errorf("the file changed:\n%s", got)
 			}
 		})
+	}
+}
+
+// TestRoundTripperTwins: the suites that compare CPU with fasthttp's
+// clients have each engine's row behind the net/http API too, and the
+// summary divides by the fastest of them.
+func TestRoundTripperTwins(t *testing.T) {
+	o, err := parseOptions("", "", "", "", "", "", "", "", "", "", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, suite := range []string{"default", "bodies", "chunked", "tls", "p5", "post", "breakdown"} {
+		for _, sc := range suiteScenarios(suite, o) {
+			if sc.Suite == "default" && (sc.K == 1 || sc.P > 50) {
+				continue // kept short: see suiteScenarios
+			}
+			names := o.clientsFor(sc)
+			for _, want := range []string{clientFastHostRT, clientFastPipelineRT} {
+				if !slices.Contains(names, want) {
+					t.Errorf("%s %s: rows %q, no %s", suite, sc, names, want)
+				}
+			}
+		}
+	}
+	sc := scenario{Suite: "default", Server: modeConcurrent, C: 5, K: 10, P: 10}
+	rows := []result{
+		{Scenario: sc, Client: clientPipelined, Requests: 1, ReqPerSec: 100, CPUPerReq: 30},
+		{Scenario: sc, Client: clientNetHTTP, Requests: 1, ReqPerSec: 50, CPUPerReq: 60},
+		{Scenario: sc, Client: clientFastPipeline, Requests: 1, ReqPerSec: 100, CPUPerReq: 20},
+		{Scenario: sc, Client: clientFastPipelineRT, Requests: 1, ReqPerSec: 80, CPUPerReq: 25},
+		{Scenario: sc, Client: clientFastHostRT, Requests: 1, ReqPerSec: 50, CPUPerReq: 40},
+	}
+	var b strings.Builder
+	summaryRows(&b, byScenario(rows), nil, false)
+	want := "| 1.00, **1.50** (fasthttp.PipelineClient) | 1.25, **1.20** (fasthttp.PipelineClient RoundTripper) |"
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("summary:\n%s\nwant a row ending %q", b.String(), want)
 	}
 }

@@ -34,6 +34,11 @@ func (rt fastRoundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod(r.Method)
 	req.SetRequestURI(r.URL.RequestURI())
+	if r.URL.Scheme == "https" {
+		// A path alone is taken for http, which a HostClient with IsTLS
+		// refuses as a redirect to another protocol.
+		req.URI().SetScheme("https")
+	}
 	req.SetHost(r.URL.Host) // after the URI, which would replace it
 	for k, vs := range r.Header {
 		for _, v := range vs {

@@ -66,6 +66,13 @@ type serverConfig struct {
 	// and any other path with Body bytes written from one block of at
 	// most 1 MiB (a 1 GiB body is never held whole).
 	Download bool `json:",omitempty"`
+	// The gateway child (modeGateway, gateway.go): a reverse proxy to
+	// Backend over the row Transport's transport, C connections to it of
+	// depth K, requests bounded by Timeout.
+	Transport string        `json:",omitempty"`
+	Backend   string        `json:",omitempty"`
+	C, K      int           `json:",omitempty"`
+	Timeout   time.Duration `json:",omitempty"`
 }
 
 // chunkSize is the size of a chunked body's chunks (the last may be
@@ -759,6 +766,9 @@ func (s *concurrentServer) track(target string) (stats []byte, ok bool) {
 // address on stdout and serves until stdin is closed (the parent exited or
 // is done with it).
 func serveChild(cfg serverConfig) error {
+	if cfg.Mode == modeGateway {
+		return serveGateway(cfg)
+	}
 	srv, err := startServer(cfg)
 	if err != nil {
 		return err

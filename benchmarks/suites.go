@@ -26,7 +26,7 @@ import (
 
 // Suites, in the order "all" runs them. Each is a list of scenarios; see
 // suiteScenarios and README.md.
-var suiteNames = []string{"default", "concurrency", "bodies", "chunked", "p1", "p5", "post", "upload", "slow", "undici", "hosts", "addrs", "tls", "rest", "download"}
+var suiteNames = []string{"default", "concurrency", "bodies", "chunked", "p1", "p5", "post", "upload", "slow", "undici", "hosts", "addrs", "tls", "rest", "download", "breakdown", "gateway"}
 
 // suiteAbout says in a sentence what each suite shows (the -markdown page).
 var suiteAbout = map[string]string{
@@ -43,11 +43,13 @@ var suiteAbout = map[string]string{
 	"hosts":       "200 hosts on 127.0.0.1, requests spread over them: pools per host, and the connections and goroutines left at the end.",
 	"rest":        "A REST client's load: every request to its own path `/items/<id>`; then the same load beside a long-lived streaming GET (ndjson, a line every 100 ms) closed and sent again every 500 ms, on the same host.",
 	"tls":         "HTTP/1.1 over TLS, and HTTP/2 where the server offers it (the serial server does; the concurrent one speaks HTTP/1.1 only).",
+	"breakdown":   "Where each client's CPU per request goes, beside CPU/req (system calls, context switches, goroutine switches, allocations): the everyday cell (10 ms answers, 10 callers) and the per-request cost alone (P=5, no delay), on the concurrent server, with fasthttp's engines behind `http.Client`.",
+	"gateway":     "`net/http/httputil.ReverseProxy` in a child process over each transport (fasthttp's engines behind `RoundTripper`), 16 connections to the backend, in front of the program's servers (1 ms answers) and nginx where installed (at once), driven by 128 callers on keep-alive connections: the gateway's req/s, p99 and CPU per request.",
 	"download":    "One caller downloading 1 MiB, 64 MiB and 1 GiB bodies in 32 KiB reads, alone and beside ten callers' paced 128 B GETs to the same host: the download's MB/s and the client's CPU per MB, with fasthttp's streaming body.",
 }
 
 // defaultSuites run when neither a scenario (C/K/P/DELAY) nor a suite is
-// given: about 2.5 minutes on the project's 2-core machine.
+// given: about 4 minutes on the project's 2-core machine.
 var defaultSuites = []string{"default", "concurrency"}
 
 // bodySizes are the bodies suite's response sizes: 65537 B and 262145 B are
@@ -59,6 +61,21 @@ var bodySizes = []int{128, 16 << 10, 64 << 10, 64<<10 + 1, 256 << 10, 256<<10 + 
 // http.Client (roundtripper.go), each below its engine.
 var withRoundTrippers = []string{clientNetHTTP, clientPipelined,
 	clientFastHost, clientFastHostRT, clientFastPipeline, clientFastPipelineRT}
+
+// withRoundTripperRows returns names with each fasthttp engine's
+// RoundTripper row below the engine's, where it is not there already.
+func withRoundTripperRows(names []string) []string {
+	var out []string
+	for _, n := range names {
+		out = append(out, n)
+		for _, rt := range []string{clientFastHostRT, clientFastPipelineRT} {
+			if n+" "+rtSuffix == rt && !slices.Contains(names, rt) {
+				out = append(out, rt)
+			}
+		}
+	}
+	return out
+}
 
 // suiteScenarios returns the scenarios of the named suite. The servers of
 // o.servers apply to the suites that run on both; BODY to the default one.
@@ -75,10 +92,16 @@ func suiteScenarios(name string, o *options) []scenario {
 	var out []scenario
 	switch name {
 	case "default":
+		// fasthttp's engines behind RoundTripper beside the K=10 cells
+		// up to P=50 and saturation: not at K=1 nor at P=500 (overload,
+		// where PipelineClient fails what its queues cannot hold), to
+		// keep the default run within about four minutes; the p5 and
+		// post suites compare the cost of a request without pipelining.
 		for _, kp := range [][2]int{{10, 10}, {1, 10}, {10, 50}, {10, 500}} {
-			out = append(out, both(scenario{C: 5, K: kp[0], P: kp[1], Delay: 10 * ms, Body: o.body})...)
+			rt := kp[0] > 1 && kp[1] <= 50
+			out = append(out, both(scenario{C: 5, K: kp[0], P: kp[1], Delay: 10 * ms, Body: o.body, roundTrippers: rt})...)
 		}
-		out = append(out, both(scenario{C: 5, K: 10, P: 50, Body: o.body})...)
+		out = append(out, both(scenario{C: 5, K: 10, P: 50, Body: o.body, roundTrippers: true})...)
 	case "concurrency":
 		// A service migrated with OptionsFrom(http.DefaultTransport)
 		// must not be slower than with net/http when requests cannot be
@@ -94,7 +117,7 @@ func suiteScenarios(name string, o *options) []scenario {
 		}
 	case "bodies":
 		for _, b := range bodySizes {
-			out = append(out, scenario{Server: modeConcurrent, C: 5, K: 10, P: 50, Body: b})
+			out = append(out, scenario{Server: modeConcurrent, C: 5, K: 10, P: 50, Body: b, roundTrippers: true})
 		}
 	case "chunked":
 		// The bodies suite's sizes from 16 KiB, sent chunked: what a
@@ -103,7 +126,7 @@ func suiteScenarios(name string, o *options) []scenario {
 		// Both servers: net/http's chunks each write of its handler.
 		for _, b := range bodySizes {
 			if b >= 16<<10 {
-				out = append(out, both(scenario{C: 5, K: 10, P: 50, Body: b, Chunked: true})...)
+				out = append(out, both(scenario{C: 5, K: 10, P: 50, Body: b, Chunked: true, roundTrippers: true})...)
 			}
 		}
 	case "p1":
@@ -181,12 +204,30 @@ func suiteScenarios(name string, o *options) []scenario {
 					Clients: []string{clientNetHTTP, clientPipelined, clientFastHostStream}})
 			}
 		}
+	case "gateway":
+		// A reverse proxy in front of the program's servers and nginx
+		// (skipped where it is not installed): the rows are its
+		// transports, the load many keep-alive connections.
+		for _, s := range append(slices.Clone(o.servers), modeNginx) {
+			sc := scenario{Gateway: true, Server: s, C: gatewayConns, K: 10, P: gatewayCallers, Delay: ms, Body: 128, Clients: gatewayRows}
+			if s == modeNginx {
+				sc.Delay = 0 // nginx answers at once
+			}
+			out = append(out, sc)
+		}
+	case "breakdown":
+		// Where the CPU per request goes (usage.go), in the everyday cell
+		// and at P=5 with no delay, beside fasthttp's engines behind the
+		// same API: the cells a profile against them starts from.
+		out = append(out,
+			scenario{Server: modeConcurrent, C: 5, K: 10, P: 10, Delay: 10 * ms, Body: 128, Breakdown: true, Clients: withRoundTrippers},
+			scenario{Server: modeConcurrent, C: 5, K: 10, P: 5, Body: 128, Breakdown: true, Clients: withRoundTrippers})
 	case "tls":
 		// HTTP/1.1 over TLS, and HTTP/2 where the server offers it (the
 		// serial server is net/http's, which speaks h2; the concurrent one
 		// speaks http/1.1 only, so the h2 rows fall back to HTTP/1.1 there).
 		out = both(scenario{C: 5, K: 10, P: 50, Body: 128, TLS: true,
-			Clients: []string{clientNetHTTPH2, clientNetHTTPH1, clientPipelinedH2, clientPipelinedH1, clientFastHost, clientFastPipeline}})
+			Clients: []string{clientNetHTTPH2, clientNetHTTPH1, clientPipelinedH2, clientPipelinedH1, clientFastHost, clientFastHostRT, clientFastPipeline, clientFastPipelineRT}})
 	case "rest":
 		// A REST client: a fresh path per request; then the same load
 		// beside a stream to the same host (scenario.StreamBeside).
