@@ -456,24 +456,41 @@ func smallBody(r *request) bool {
 }
 
 // send writes a's request on c. It returns a non-nil error only when
-// nothing of the request was written (errNotWritten, or the context's
-// error); otherwise the outcome is delivered to a (attempt.deliver).
+// nothing of the request was written (errNotWritten, the context's error,
+// or the request's own: its body could not be had again, or prepareHead
+// refused it); otherwise the outcome is delivered to a (attempt.deliver).
 //
-// In order: the write token (takeWriteToken), the body, who reads the
-// answer (claimReader), a's place in the fifo (enqueue), then the write:
-// inline, held until the look at the socket (writeHeld), or by a
-// goroutine of its own while the answer is read (full duplex).
+// In order: the write token (takeWriteToken), the body and the head
+// (prepareHead), who reads the answer (claimReader), a's place in the
+// fifo (enqueue), then the write: inline, held until the look at the
+// socket (writeHeld), or by a goroutine of its own while the answer is
+// read (full duplex). Nothing that can refuse the request comes after
+// enqueue but the write itself: a request in the fifo is answered.
 func (c *pconn) send(a *attempt) error {
 	r := a.r
 	if err := c.takeWriteToken(r.ctx); err != nil {
 		return c.tokenError(err)
 	}
 	body, err := r.body()
+	var h wireHead
+	refused := false
+	if err == nil {
+		if h, err = prepareHead(r, body); err != nil {
+			refused = true
+			if body != nil {
+				body.Close() // as net/http, which closes it on any error
+			}
+		}
+	}
 	if err != nil {
+		// Nothing of the request was written: c goes on as it was. An
+		// earlier writer may have left its request for this one to flush.
 		<-c.writeLock
 		c.flushLeftovers()
-		a.deliver(result{err: err})
-		return nil
+		if refused {
+			traceRefused(r, &h, err)
+		}
+		return err
 	}
 	inline := inlineBody(r, body)
 	direct, held := c.claimReader(a, body, inline)
@@ -485,13 +502,13 @@ func (c *pconn) send(a *attempt) error {
 		// Full duplex: the response may come (and be returned) while the
 		// body is still being written, as with net/http.
 		a.writeDone = make(chan struct{})
-		go c.write(a, body, false)
+		go c.write(a, h, body, false)
 		return nil
 	}
 	if held {
-		return c.writeHeld(a, body)
+		return c.writeHeld(a, &h, body)
 	}
-	c.write(a, body, direct)
+	c.write(a, h, body, direct)
 	if direct {
 		c.startDirect(a)
 		c.readDirect(a)
@@ -645,10 +662,10 @@ func (c *pconn) giveBack(r *request, body io.ReadCloser, direct bool) {
 // write writes a's request, holding the write token, and releases it.
 // direct: a's caller holds the read turn (direct.go), to read the answer
 // once the request is written.
-func (c *pconn) write(a *attempt, body io.ReadCloser, direct bool) {
+func (c *pconn) write(a *attempt, h wireHead, body io.ReadCloser, direct bool) {
 	stop, cancelled, deadline := c.watchWrite(a.r, body)
 	tunnel, body := tunnelBody(a.r, body)
-	werr, deferFlush := c.writeOut(a, body, tunnel != nil)
+	werr, deferFlush := c.writeOut(a, &h, body, tunnel != nil)
 	if deadline {
 		c.conn.SetWriteDeadline(time.Time{})
 	}
@@ -737,7 +754,7 @@ func tunnelBody(r *request, body io.ReadCloser) (tunnel, rest io.ReadCloser) {
 // flushed with the requests of the writers queued behind it (deferFlush:
 // flushSoon, once the write token is released). tunnel: a CONNECT's
 // body follows (tunnelBody). The write token is held.
-func (c *pconn) writeOut(a *attempt, body io.ReadCloser, tunnel bool) (werr error, deferFlush bool) {
+func (c *pconn) writeOut(a *attempt, h *wireHead, body io.ReadCloser, tunnel bool) (werr error, deferFlush bool) {
 	r := a.r
 	// The hooks told of the write run with the write token held: the
 	// connection is held meanwhile (hooked).
@@ -745,7 +762,7 @@ func (c *pconn) writeOut(a *attempt, body io.ReadCloser, tunnel bool) (werr erro
 	if hold {
 		c.ev.hold(c, true)
 	}
-	werr = writeRequest(c.bw, &c.lw, r, body, c.waitForContinue(a))
+	werr = writeRequest(c.bw, &c.lw, r, h, body, c.waitForContinue(a))
 	if a.together {
 		a.wireEnd.Store(c.wc.written() + int64(c.bw.Buffered()))
 	}

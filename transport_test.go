@@ -1662,6 +1662,9 @@ func TestRequestBodyNothingPastLength(t *testing.T) {
 				req.GetBody = nil
 			}
 			_, err := tr.RoundTrip(req)
+			// A body in memory fails before a byte is written, and
+			// its connection stays: closing it ends the server's read.
+			tr.CloseIdleConnections()
 			want := fmt.Sprintf("ContentLength=4 with Body length %d", len(body))
 			if err == nil || !strings.Contains(err.Error(), want) {
 				t.Errorf("err = %v, want one with %q", err, want)
