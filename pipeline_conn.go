@@ -1518,9 +1518,36 @@ func (s *bodyStream) streamLocked() {
 	a.streamed = true
 	g.mu.Unlock()
 	c.ev.streaming(c, a)
-	if ctx := a.r.ctx; ctx.Done() != nil {
-		s.stopCtx = context.AfterFunc(ctx, func() { c.fail(context.Cause(ctx)) })
+	s.watchLocked()
+}
+
+// watchLocked makes the cancellation of the body's request close the
+// connection from the body's first read from the network until its end,
+// as net/http closes it (its readLoop watches the request's context until
+// the body's EOF): the server learns at once that nobody reads on, and
+// nothing is read for nobody. A rest already in hand (the body read to
+// its end) keeps the connection; the drain of a body closed early and
+// nearly read (earlyClose) is for Close, not for a cancellation. s.mu is
+// held.
+func (s *bodyStream) watchLocked() {
+	if ctx := s.a.r.ctx; s.stopCtx == nil && ctx.Done() != nil {
+		s.stopCtx = context.AfterFunc(ctx, s.cancelled)
 	}
+}
+
+// cancelled closes the connection of a body whose request was cancelled
+// before its end (watchLocked). The safe requests pipelined behind it
+// are sent again elsewhere (resendBehind), their answers not yet read;
+// others fail with the connection, sent again only as retry.go allows.
+func (s *bodyStream) cancelled() {
+	s.mu.Lock()
+	ended := s.ended
+	s.mu.Unlock()
+	if ended {
+		return // the rest was in hand
+	}
+	s.c.resendBehind(false)
+	s.c.fail(context.Cause(s.a.r.ctx))
 }
 
 // onCloseLocked installs what the caller's early Close of a stream does.
@@ -1633,6 +1660,9 @@ func (s *bodyStream) becomeStream(quiet bool) {
 func (s *bodyStream) startTimer() {
 	s.timed = true
 	s.c.holStartStream(s.a)
+	s.mu.Lock()
+	s.watchLocked()
+	s.mu.Unlock()
 	s.early = &earlyClose{c: s.c, a: s.a, wait: s.c.drainWait()}
 	s.early.watch(s.b)
 }
