@@ -970,13 +970,6 @@ var (
 	errDrainTooLong = errors.New("pipelined: response body closed early")
 )
 
-// behind reports whether requests wait behind the connection's head.
-func (c *pconn) behind() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.fifo) > 1
-}
-
 func (c *pconn) head() *attempt {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -1362,10 +1355,9 @@ type bodyStream struct {
 // as bounded, or grown too long to be, whose connection may carry
 // requests behind it, and lateMin for a stream of events, whose server
 // should learn soon that nobody reads it. A request already cancelled
-// with nothing behind it gives its connection up at once, as with
-// net/http (with requests behind, the rest is read for their sake): a
-// server that stalls mid-body would otherwise hold the connection, and
-// its reader, for ever.
+// gives its connection up at once, as with net/http (its watch,
+// bodyStream.watchLocked, may not have run yet): a server that stalls
+// mid-body would otherwise hold the connection, and its reader, for ever.
 type earlyClose struct {
 	c    *pconn
 	a    *attempt
@@ -1376,7 +1368,8 @@ type earlyClose struct {
 
 // closed runs in the caller's Close, before the body's end.
 func (e *earlyClose) closed() {
-	if ctx := e.a.r.ctx; ctx.Err() != nil && !e.c.behind() {
+	if ctx := e.a.r.ctx; ctx.Err() != nil {
+		e.c.resendBehind(false)
 		e.c.fail(context.Cause(ctx))
 		return
 	}
