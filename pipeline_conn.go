@@ -970,6 +970,13 @@ var (
 	errDrainTooLong = errors.New("pipelined: response body closed early")
 )
 
+// behind reports whether requests wait behind the connection's head.
+func (c *pconn) behind() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.fifo) > 1
+}
+
 func (c *pconn) head() *attempt {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -1255,10 +1262,11 @@ func (c *pconn) readBodyFrom(a *attempt, resp *http.Response, f framing, closing
 	b.gone = c.closed
 	c.filling.Store(b) // before the caller may hold it unread
 	resp.Body = b
-	if !a.deliver(result{resp: resp}) {
+	held := a.deliver(result{resp: resp})
+	if !held {
 		b.Close() // abandoned: nobody reads it
 	}
-	s := &bodyStream{c: c, a: a, b: b, src: src, lr: lr, cr: cr, open: open, tentative: tentative}
+	s := &bodyStream{c: c, a: a, b: b, src: src, lr: lr, cr: cr, open: open, tentative: tentative, held: held}
 	var start monoTime
 	if a.toStream {
 		start = monoNow()
@@ -1340,6 +1348,9 @@ type bodyStream struct {
 	got       atomic.Int64 // bytes of a tentative body read so far
 	seen      int64        // got at the verdict timer's last run (its goroutine only)
 	verdict   *time.Timer  // a tentative body's stream verdict (checkStream)
+	// held: the caller has the response (its attempt was not abandoned
+	// before the answer came): a cancellation is the caller leaving it.
+	held bool
 
 	mu      sync.Mutex
 	waiting bool        // the body is a stream (startWaiting or becomeStream ran)
@@ -1354,21 +1365,24 @@ type bodyStream struct {
 // waits 50 ms for any body). Ours waits drainWait for a body read ahead
 // as bounded, or grown too long to be, whose connection may carry
 // requests behind it, and lateMin for a stream of events, whose server
-// should learn soon that nobody reads it. A request already cancelled
-// gives its connection up at once, as with net/http (its watch,
-// bodyStream.watchLocked, may not have run yet): a server that stalls
+// should learn soon that nobody reads it. A request whose caller had its
+// response and cancelled it gives its connection up at once, as with
+// net/http (its watch, bodyStream.watchLocked, may not have run yet); so
+// does one abandoned before its answer came, with nothing behind it (with
+// requests behind, the rest is read for their sake): a server that stalls
 // mid-body would otherwise hold the connection, and its reader, for ever.
 type earlyClose struct {
 	c    *pconn
 	a    *attempt
 	wait time.Duration              // set before it is installed
+	held bool                       // the caller has the response (bodyStream.held)
 	done atomic.Bool                // the body ended (bodyStream.stop)
 	t    atomic.Pointer[time.Timer] // armed by closed
 }
 
 // closed runs in the caller's Close, before the body's end.
 func (e *earlyClose) closed() {
-	if ctx := e.a.r.ctx; ctx.Err() != nil {
+	if ctx := e.a.r.ctx; ctx.Err() != nil && (e.held || !e.c.behind()) {
 		e.c.resendBehind(false)
 		e.c.fail(context.Cause(ctx))
 		return
@@ -1516,14 +1530,15 @@ func (s *bodyStream) streamLocked() {
 
 // watchLocked makes the cancellation of the body's request close the
 // connection from the body's first read from the network until its end,
-// as net/http closes it (its readLoop watches the request's context until
-// the body's EOF): the server learns at once that nobody reads on, and
-// nothing is read for nobody. A rest already in hand (the body read to
+// if its caller has the response (held), as net/http closes it (its
+// readLoop watches the request's context until the body's EOF): the
+// server learns at once that nobody reads on, and nothing is read for
+// nobody. A rest already in hand (the body read to
 // its end) keeps the connection; the drain of a body closed early and
 // nearly read (earlyClose) is for Close, not for a cancellation. s.mu is
 // held.
 func (s *bodyStream) watchLocked() {
-	if ctx := s.a.r.ctx; s.stopCtx == nil && ctx.Done() != nil {
+	if ctx := s.a.r.ctx; s.held && s.stopCtx == nil && ctx.Done() != nil {
 		s.stopCtx = context.AfterFunc(ctx, s.cancelled)
 	}
 }
@@ -1564,7 +1579,7 @@ func (s *bodyStream) onCloseLocked() (closed func()) {
 	if a.events {
 		wait = lateMin // its end is not near; its server should learn soon
 	}
-	e := &earlyClose{c: c, a: a, wait: wait}
+	e := &earlyClose{c: c, a: a, wait: wait, held: s.held}
 	switch {
 	case s.b.setOnClose(e.closed):
 		if s.early != nil {
@@ -1656,7 +1671,7 @@ func (s *bodyStream) startTimer() {
 	s.mu.Lock()
 	s.watchLocked()
 	s.mu.Unlock()
-	s.early = &earlyClose{c: s.c, a: s.a, wait: s.c.drainWait()}
+	s.early = &earlyClose{c: s.c, a: s.a, wait: s.c.drainWait(), held: s.held}
 	s.early.watch(s.b)
 }
 
