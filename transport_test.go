@@ -609,6 +609,42 @@ func TestCancelWhileBodyTrickles(t *testing.T) {
 	}
 }
 
+// TestGetBodyErrorFreesConnection: a request sent again whose GetBody
+// fails returns GetBody's error, and the connection it was given is free
+// again: with MaxConnsPerHost 1, the next request is answered on it.
+func TestGetBodyErrorFreesConnection(t *testing.T) {
+	verifyNoLeaks(t)
+	errRewind := errors.New("no body again")
+	srv := startRawServer(t, func(n int, c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, req.Body)
+			if n == 0 && req.Method == http.MethodPut {
+				return // closed under the PUT, unanswered: it is sent again
+			}
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
+		}
+	})
+	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if got, err := getBody(ctx, tr, srv.url("/warm")); err != nil || got != "/warm" {
+		t.Fatalf("GET /warm = %q, %v", got, err)
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, srv.url("/put"), strings.NewReader("body"))
+	req.GetBody = func() (io.ReadCloser, error) { return nil, errRewind }
+	if _, err := tr.RoundTrip(req); !errors.Is(err, errRewind) {
+		t.Errorf("PUT whose GetBody fails = %v, want %v", err, errRewind)
+	}
+	if got, err := getBody(ctx, tr, srv.url("/next")); err != nil || got != "/next" {
+		t.Errorf("GET /next after it = %q, %v, want /next", got, err)
+	}
+}
+
 // TestUnreadBodyDoesNotBlock checks that an unread 8 MiB body does not
 // stop a later request that net/http with the same
 // MaxConnsPerHost would serve.
