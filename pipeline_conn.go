@@ -1367,7 +1367,7 @@ type bodyStream struct {
 // requests behind it, and lateMin for a stream of events, whose server
 // should learn soon that nobody reads it. A request whose caller had its
 // response and cancelled it gives its connection up at once, as with
-// net/http (its watch, bodyStream.watchLocked, may not have run yet); so
+// net/http (its watch, bodyStream.watch, may not have run yet); so
 // does one abandoned before its answer came, with nothing behind it (with
 // requests behind, the rest is read for their sake): a server that stalls
 // mid-body would otherwise hold the connection, and its reader, for ever.
@@ -1502,6 +1502,7 @@ func (s *bodyStream) took(err error) (bool, error) {
 // head-of-line timeout), and its request's cancellation closes the
 // connection, as with net/http, so that the server learns at once.
 func (s *bodyStream) startWaiting() {
+	s.watch()
 	s.mu.Lock()
 	s.streamLocked()
 	s.c.holStartStream(s.a)
@@ -1515,8 +1516,9 @@ func (s *bodyStream) startWaiting() {
 }
 
 // streamLocked makes the body a stream: its connection takes nothing new
-// until it ends, and its request's cancellation closes the connection.
-// s.mu is held.
+// until it ends, and its request's cancellation closes the connection
+// (since the body's first read from the network if its caller has it:
+// watch). s.mu is held.
 func (s *bodyStream) streamLocked() {
 	s.waiting = true
 	c, a := s.c, s.a
@@ -1525,26 +1527,36 @@ func (s *bodyStream) streamLocked() {
 	a.streamed = true
 	g.mu.Unlock()
 	c.ev.streaming(c, a)
-	s.watchLocked()
+	if ctx := a.r.ctx; s.stopCtx == nil && ctx.Done() != nil {
+		s.stopCtx = context.AfterFunc(ctx, func() { c.fail(context.Cause(ctx)) })
+	}
 }
 
-// watchLocked makes the cancellation of the body's request close the
+// watch makes the cancellation of the body's request close the
 // connection from the body's first read from the network until its end,
 // if its caller has the response (held), as net/http closes it (its
 // readLoop watches the request's context until the body's EOF): the
 // server learns at once that nobody reads on, and nothing is read for
 // nobody. A rest already in hand (the body read to
 // its end) keeps the connection; the drain of a body closed early and
-// nearly read (earlyClose) is for Close, not for a cancellation. s.mu is
-// held.
-func (s *bodyStream) watchLocked() {
-	if ctx := s.a.r.ctx; s.held && s.stopCtx == nil && ctx.Done() != nil {
-		s.stopCtx = context.AfterFunc(ctx, s.cancelled)
+// nearly read (earlyClose) is for Close, not for a cancellation. It runs
+// once, in the reader goroutine, at the body's first read from the network
+// (startTimer, startWaiting; stop runs in the same goroutine, later), and
+// registers the watch outside s.mu: AfterFunc calls the context's
+// methods, which may be the user's.
+func (s *bodyStream) watch() {
+	ctx := s.a.r.ctx
+	if !s.held || ctx.Done() == nil {
+		return
 	}
+	stop := context.AfterFunc(ctx, s.cancelled)
+	s.mu.Lock()
+	s.stopCtx = stop
+	s.mu.Unlock()
 }
 
 // cancelled closes the connection of a body whose request was cancelled
-// before its end (watchLocked). The safe requests pipelined behind it
+// before its end (watch). The safe requests pipelined behind it
 // are sent again elsewhere (resendBehind), their answers not yet read;
 // others fail with the connection, sent again only as retry.go allows.
 func (s *bodyStream) cancelled() {
@@ -1668,9 +1680,7 @@ func (s *bodyStream) becomeStream(quiet bool) {
 func (s *bodyStream) startTimer() {
 	s.timed = true
 	s.c.holStartStream(s.a)
-	s.mu.Lock()
-	s.watchLocked()
-	s.mu.Unlock()
+	s.watch()
 	s.early = &earlyClose{c: s.c, a: s.a, wait: s.c.drainWait(), held: s.held}
 	s.early.watch(s.b)
 }
