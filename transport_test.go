@@ -589,6 +589,7 @@ func TestCancelWhileBodyTrickles(t *testing.T) {
 					t.Fatal(err)
 				}
 				cancel()
+				start := time.Now()
 				if tt.close {
 					resp.Body.Close()
 				}
@@ -597,6 +598,7 @@ func TestCancelWhileBodyTrickles(t *testing.T) {
 					if err == nil {
 						t.Errorf("%T: the handler wrote the whole body after its client cancelled", rt)
 					}
+					t.Logf("%T: the handler saw its client leave after %v", rt, time.Since(start))
 				case <-time.After(testTimeout):
 					t.Fatalf("%T: the handler still writes %v after its client cancelled", rt, testTimeout)
 				}
