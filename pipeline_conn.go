@@ -1367,8 +1367,8 @@ type bodyStream struct {
 // requests behind it, and lateMin for a stream of events, whose server
 // should learn soon that nobody reads it. A request whose caller had its
 // response and cancelled it gives its connection up at once, as with
-// net/http (its watch, bodyStream.watch, may not have run yet); so
-// does one abandoned before its answer came, with nothing behind it (with
+// net/http (its watch, bodyStream.watch, may not have run yet); so does
+// one abandoned before its answer came, with nothing behind it (with
 // requests behind, the rest is read for their sake): a server that stalls
 // mid-body would otherwise hold the connection, and its reader, for ever.
 type earlyClose struct {
@@ -1537,10 +1537,10 @@ func (s *bodyStream) streamLocked() {
 // if its caller has the response (held), as net/http closes it (its
 // readLoop watches the request's context until the body's EOF): the
 // server learns at once that nobody reads on, and nothing is read for
-// nobody. A rest already in hand (the body read to
-// its end) keeps the connection; the drain of a body closed early and
-// nearly read (earlyClose) is for Close, not for a cancellation. It runs
-// once, in the reader goroutine, at the body's first read from the network
+// nobody. A rest already in hand (the body read to its end) keeps the
+// connection; the drain of a body closed early and nearly read
+// (earlyClose) is for Close, not for a cancellation. It runs once, in the
+// reader goroutine, at the body's first read from the network
 // (startTimer, startWaiting; stop runs in the same goroutine, later), and
 // registers the watch outside s.mu: AfterFunc calls the context's
 // methods, which may be the user's.
@@ -1556,9 +1556,9 @@ func (s *bodyStream) watch() {
 }
 
 // cancelled closes the connection of a body whose request was cancelled
-// before its end (watch). The safe requests pipelined behind it
-// are sent again elsewhere (resendBehind), their answers not yet read;
-// others fail with the connection, sent again only as retry.go allows.
+// before its end (watch). The safe requests pipelined behind it are sent
+// again elsewhere (resendBehind), their answers not yet read; others fail
+// with the connection, sent again only as retry.go allows.
 func (s *bodyStream) cancelled() {
 	s.mu.Lock()
 	ended := s.ended
