@@ -415,7 +415,7 @@ func (c *pconn) mayHold(a *attempt, body io.ReadCloser) bool {
 // client. Nothing of the request reaches the socket before the look: it is
 // held in bw (and in wc, past bw's size) until then. It returns what send
 // returns.
-func (c *pconn) writeHeld(a *attempt, body io.ReadCloser) error {
+func (c *pconn) writeHeld(a *attempt, h *wireHead, body io.ReadCloser) error {
 	r := a.r
 	c.startDirect(a) // the context's watch covers the wait
 	c.heldDeadline = false
@@ -428,7 +428,7 @@ func (c *pconn) writeHeld(a *attempt, body io.ReadCloser) error {
 	c.wc.mu.Lock()
 	c.wc.hold = true
 	c.wc.mu.Unlock()
-	werr := writeRequest(c.bw, &c.lw, r, body, nil)
+	werr := writeRequest(c.bw, &c.lw, r, h, body, nil)
 	quiet := true
 	if werr == nil {
 		// Written but for the flush: the header timer (a read deadline)

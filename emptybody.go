@@ -129,3 +129,20 @@ func inMemory(r io.Reader) bool {
 	}
 	return false
 }
+
+// inMemoryLen returns the length of what is left of an inMemory body, and
+// whether it is one.
+func inMemoryLen(r io.Reader) (int64, bool) {
+	switch b := r.(type) {
+	case *bytes.Reader:
+		return int64(b.Len()), true
+	case *bytes.Buffer:
+		return int64(b.Len()), true
+	case *strings.Reader:
+		return int64(b.Len()), true
+	}
+	if t := reflect.TypeOf(r); t == nopCloserType || t == nopCloserWriterToType {
+		return inMemoryLen(reflect.ValueOf(r).Field(0).Interface().(io.Reader))
+	}
+	return 0, false
+}

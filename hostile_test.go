@@ -2,12 +2,16 @@ package pipelined
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httputil"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -319,5 +323,270 @@ func TestHostileRequestHost(t *testing.T) {
 	s.rawMu.Unlock()
 	if strings.Contains(raw, "Injected") {
 		t.Errorf("server received an injected header: %q", raw)
+	}
+}
+
+// wireServer is a raw server that parses requests by hand, as bytes on the
+// wire, and records what no sender meant: a request line that is not one,
+// an injected field, a body framed twice, another request's bytes inside a
+// body. It answers each request with its target as the body after delay,
+// so that requests sent together are pipelined.
+type wireServer struct {
+	*rawServer
+	delay time.Duration
+
+	mu      sync.Mutex
+	targets []string // request-targets read, in order
+	faults  []string // what no sender meant
+}
+
+func newWireServer(t *testing.T, delay time.Duration) *wireServer {
+	s := &wireServer{delay: delay}
+	s.rawServer = newRawServer(t, s.serve)
+	return s
+}
+
+func (s *wireServer) fault(format string, args ...any) {
+	s.mu.Lock()
+	s.faults = append(s.faults, fmt.Sprintf(format, args...))
+	s.mu.Unlock()
+}
+
+func (s *wireServer) serve(c net.Conn, br *bufio.Reader) {
+	for {
+		lines, err := parReadHead(br)
+		if err != nil {
+			if len(lines) > 0 {
+				s.fault("a head cut short: %q", lines)
+			}
+			return
+		}
+		line := strings.Split(lines[0], " ")
+		if len(line) != 3 || line[2] != "HTTP/1.1" {
+			s.fault("request line %q", lines[0])
+			return
+		}
+		target := line[1]
+		s.mu.Lock()
+		s.targets = append(s.targets, target)
+		s.mu.Unlock()
+		var cl []string
+		chunked, host := false, 0
+		for _, l := range lines[1:] {
+			k, v, ok := strings.Cut(l, ":")
+			switch {
+			case !ok || strings.ContainsAny(l, "\r\x00"):
+				s.fault("field line %q", l)
+			case strings.EqualFold(k, "Injected"):
+				s.fault("injected field %q", l)
+			case strings.EqualFold(k, "Host"):
+				if host++; host > 1 {
+					s.fault("a second Host field %q", l)
+				}
+			case strings.EqualFold(k, "Content-Length"):
+				cl = append(cl, strings.TrimSpace(v))
+			case strings.EqualFold(k, "Transfer-Encoding"):
+				chunked = true
+			}
+		}
+		if len(cl) > 1 || len(cl) > 0 && chunked {
+			s.fault("%s framed twice: %q", target, lines)
+			return
+		}
+		var body []byte
+		switch {
+		case chunked:
+			body, err = io.ReadAll(httputil.NewChunkedReader(br))
+			if err == nil {
+				_, err = parReadHead(br) // the trailer section
+			}
+		case len(cl) == 1:
+			n, perr := strconv.Atoi(cl[0])
+			if perr != nil {
+				s.fault("Content-Length %q", cl[0])
+				return
+			}
+			body = make([]byte, n)
+			_, err = io.ReadFull(br, body)
+		}
+		if bytes.Contains(body, []byte("HTTP/1.1")) {
+			s.fault("a request inside the body of %s: %q", target, body)
+		}
+		if err != nil {
+			return // a body cut short: its sender gave up on it
+		}
+		time.Sleep(s.delay)
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(target), target)
+	}
+}
+
+func (s *wireServer) seen() (targets, faults []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.targets), slices.Clone(s.faults)
+}
+
+// TestRequestWriteChecks sends requests that the checks on the write
+// path refuse, or that must reach the server unaltered, each beside plain
+// GETs pipelined to the same host, through net/http's Transport and
+// ours. Ours fails as net/http does, with its error, and at once (a
+// refused request never waited on a connection for an answer to nothing);
+// where net/http succeeds, ours succeeds as it does. The server never
+// reads a request nobody sent, an injected field, two lengths, or another
+// request's bytes inside a body, and the GETs beside it are all answered.
+func TestRequestWriteChecks(t *testing.T) {
+	verifyNoLeaks(t)
+	errBody := errors.New("body failed")
+	const inject = "/t HTTP/1.1\r\nInjected: 1\r\n\r\nGET /smuggled"
+	type row struct {
+		name string
+		mod  func(r *http.Request)
+		// body, if not nil, makes the request a POST with this body.
+		body func() io.Reader
+		// answered: net/http writes a second framing or Host field
+		// for a field of the header map spelled in lower case, which
+		// the server refuses; we write neither, and the request is
+		// answered.
+		answered bool
+	}
+	withBody := func(cl int64, trailer http.Header, h http.Header) func(r *http.Request) {
+		return func(r *http.Request) {
+			r.ContentLength = cl
+			r.Trailer = trailer
+			for k, v := range h {
+				r.Header[k] = v
+			}
+		}
+	}
+	str := func(s string) func() io.Reader { return func() io.Reader { return strings.NewReader(s) } }
+	stream := func(s string) func() io.Reader { return func() io.Reader { return onlyReader{strings.NewReader(s)} } }
+	rows := []row{
+		{name: "opaque CRLF", mod: func(r *http.Request) { r.URL.Opaque = inject }},
+		{name: "opaque LF", mod: func(r *http.Request) { r.URL.Opaque = "/t\nInjected: 1" }},
+		{name: "opaque CR", mod: func(r *http.Request) { r.URL.Opaque = "/t\rx" }},
+		{name: "opaque NUL", mod: func(r *http.Request) { r.URL.Opaque = "/t\x00" }},
+		{name: "opaque DEL", mod: func(r *http.Request) { r.URL.Opaque = "/t\x7f" }},
+		{name: "query CRLF", mod: func(r *http.Request) { r.URL.RawQuery = "a=1 HTTP/1.1\r\nInjected: 1\r\n\r\n" }},
+		{name: "path CRLF", mod: func(r *http.Request) { r.URL.Path = inject }}, // escaped
+		{name: "opaque CRLF POST", mod: func(r *http.Request) { r.URL.Opaque = inject }, body: str("abc")},
+		{name: "opaque DEL HEAD", mod: func(r *http.Request) { r.Method = http.MethodHead; r.URL.Opaque = "/t\x7f" }},
+		{name: "method CRLF", mod: func(r *http.Request) { r.Method = "GET /t HTTP/1.1\r\nInjected: 1\r\n\r\nGET" }},
+		{name: "method space", mod: func(r *http.Request) { r.Method = "GET /x" }},
+		{name: "name CRLF", mod: func(r *http.Request) { r.Header["X-A\r\nInjected"] = []string{"1"} }},
+		{name: "name LF", mod: func(r *http.Request) { r.Header["X-A\nInjected"] = []string{"1"} }},
+		{name: "value CRLF", mod: func(r *http.Request) { r.Header["X-A"] = []string{"a\r\nInjected: 1"} }},
+		{name: "value CR", mod: func(r *http.Request) { r.Header["X-A"] = []string{"a\rInjected: 1"} }},
+		{name: "value bare LF", mod: func(r *http.Request) { r.Header["X-A"] = []string{"a\nInjected: 1"} }},
+		{name: "value NUL", mod: func(r *http.Request) { r.Header["X-A"] = []string{"a\x00"} }},
+		{name: "Host CRLF", mod: func(r *http.Request) { r.Host = "h\r\nInjected: 1" }},
+		{name: "Host LF", mod: func(r *http.Request) { r.Host = "h\nInjected: 1" }},
+		{name: "Host space", mod: func(r *http.Request) { r.Host = "h x" }},
+		{name: "Host in header CRLF", mod: func(r *http.Request) { r.Header["Host"] = []string{"h\r\nInjected: 1"} }},
+		{name: "Host in header", mod: func(r *http.Request) { r.Header["Host"] = []string{"other"} }},
+		{name: "User-Agent CRLF", mod: func(r *http.Request) { r.Header["User-Agent"] = []string{"a\r\nInjected: 1"} }},
+		{name: "Content-Length in header", mod: withBody(3, nil, http.Header{"Content-Length": {"100"}}), body: str("abc")},
+		{name: "Content-Length in header GET", mod: func(r *http.Request) { r.Header["Content-Length"] = []string{"100"} }},
+		{name: "Transfer-Encoding in header", mod: withBody(3, nil, http.Header{"Transfer-Encoding": {"chunked"}}), body: str("abc")},
+		{name: "Transfer-Encoding in header GET", mod: func(r *http.Request) { r.Header["Transfer-Encoding"] = []string{"chunked"} }},
+		{name: "content-length in header", mod: withBody(3, nil, http.Header{"content-length": {"100"}}), body: str("abc"), answered: true},
+		{name: "transfer-encoding in header", mod: withBody(3, nil, http.Header{"transfer-encoding": {"chunked"}}), body: str("abc"), answered: true},
+		{name: "host in header", mod: func(r *http.Request) { r.Header["host"] = []string{"other"} }},
+		{name: "Trailer in header", mod: withBody(3, nil, http.Header{"Trailer": {"X-T"}}), body: str("abc")},
+		{name: "trailer", mod: withBody(-1, http.Header{"X-T": {"v"}}, nil), body: stream("abc")},
+		{name: "trailer value CRLF", mod: withBody(-1, http.Header{"X-T": {"v\r\nInjected: 1"}}, nil), body: stream("abc")},
+		{name: "trailer name CRLF", mod: withBody(-1, http.Header{"X-T\r\nInjected": {"v"}}, nil), body: stream("abc")},
+		{name: "trailer Content-Length", mod: withBody(-1, http.Header{"Content-Length": {"3"}}, nil), body: stream("abc")},
+		{name: "trailer Transfer-Encoding", mod: withBody(-1, http.Header{"Transfer-Encoding": {"chunked"}}, nil), body: stream("abc")},
+		{name: "trailer Trailer", mod: withBody(-1, http.Header{"trailer": {"x"}}, nil), body: stream("abc")},
+		{name: "trailer known length", mod: withBody(3, http.Header{"Content-Length": {"3"}}, nil), body: str("abc")},
+		{name: "body shorter", mod: withBody(10, nil, nil), body: str("abc")},
+		{name: "body longer", mod: withBody(3, nil, nil), body: str("abcGET /smuggled HTTP/1.1\r\n\r\n")},
+		{name: "body shorter streamed", mod: withBody(10, nil, nil), body: stream("abc")},
+		{name: "body longer streamed", mod: withBody(3, nil, nil), body: stream("abcGET /smuggled HTTP/1.1\r\n\r\n")},
+		{name: "body fails", mod: withBody(10, nil, nil), body: func() io.Reader { return onlyReader{&failingBody{n: 3, err: errBody}} }},
+		{name: "body fails at once", mod: withBody(10, nil, nil), body: func() io.Reader { return onlyReader{&failingBody{err: errBody}} }},
+		{name: "body fails chunked", mod: withBody(-1, nil, nil), body: func() io.Reader { return onlyReader{&failingBody{n: 3, err: errBody}} }},
+	}
+	type outcome struct {
+		status int
+		body   string
+		err    string
+	}
+	run := func(t *testing.T, rt http.RoundTripper, tc row) (outcome, *wireServer) {
+		s := newWireServer(t, 5*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		var wg sync.WaitGroup
+		gets := func(from, to int) {
+			for i := from; i < to; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					path := fmt.Sprintf("/g%d", i)
+					if got, err := getBody(ctx, rt, s.url(path)); err != nil || got != path {
+						t.Errorf("%T: GET %s beside %s = %q, %v", rt, path, tc.name, got, err)
+					}
+				}()
+			}
+		}
+		gets(0, 4)
+		waitFor(t, "the first GETs to arrive", func() bool { ts, _ := s.seen(); return len(ts) > 0 })
+		var body io.Reader
+		method := http.MethodGet
+		if tc.body != nil {
+			method, body = http.MethodPost, tc.body()
+		}
+		req, err := http.NewRequestWithContext(ctx, method, s.url("/t"), body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc.mod(req)
+		gets(4, 8)
+		var o outcome
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			o.err = err.Error()
+			if errors.Is(err, errBody) {
+				// net/http's names its socket when its buffer's
+				// ReadFrom read the body: the body's error is the one
+				// to match.
+				o.err = errBody.Error()
+			}
+			if ctx.Err() != nil {
+				t.Errorf("%T: RoundTrip(%s) returned only as its context ended: %v", rt, tc.name, err)
+			}
+		} else {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			o.status, o.body = resp.StatusCode, string(b)
+		}
+		wg.Wait()
+		return o, s
+	}
+	for _, tc := range rows {
+		t.Run(tc.name, func(t *testing.T) {
+			want, std := run(t, &http.Transport{}, tc)
+			tr := newTestTransport(t, TransportOptions{FixedPolicy: true, PipelineConnsPerHost: 1, PipelineDepth: 8})
+			got, ours := run(t, tr, tc)
+			if tc.answered {
+				want = outcome{status: http.StatusOK, body: "/t"}
+			}
+			if got != want {
+				t.Errorf("RoundTrip(%s) = %+v, want net/http's %+v", tc.name, got, want)
+			}
+			stdTargets, stdFaults := std.seen()
+			for _, f := range stdFaults {
+				t.Logf("RoundTrip(%s) through net/http: the server read %s", tc.name, f)
+			}
+			targets, faults := ours.seen()
+			for _, f := range faults {
+				t.Errorf("RoundTrip(%s): the server read %s", tc.name, f)
+			}
+			for _, target := range slices.Concat(stdTargets, targets) {
+				if strings.HasPrefix(target, "/smuggled") || !strings.HasPrefix(target, "/g") && !slices.Contains(stdTargets, target) {
+					t.Errorf("RoundTrip(%s): the server read a request for %q", tc.name, target)
+				}
+			}
+		})
 	}
 }

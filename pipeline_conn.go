@@ -456,24 +456,41 @@ func smallBody(r *request) bool {
 }
 
 // send writes a's request on c. It returns a non-nil error only when
-// nothing of the request was written (errNotWritten, or the context's
-// error); otherwise the outcome is delivered to a (attempt.deliver).
+// nothing of the request was written (errNotWritten, the context's error,
+// or the request's own: its body could not be had again, or prepareHead
+// refused it); otherwise the outcome is delivered to a (attempt.deliver).
 //
-// In order: the write token (takeWriteToken), the body, who reads the
-// answer (claimReader), a's place in the fifo (enqueue), then the write:
-// inline, held until the look at the socket (writeHeld), or by a
-// goroutine of its own while the answer is read (full duplex).
+// In order: the write token (takeWriteToken), the body and the head
+// (prepareHead), who reads the answer (claimReader), a's place in the
+// fifo (enqueue), then the write: inline, held until the look at the
+// socket (writeHeld), or by a goroutine of its own while the answer is
+// read (full duplex). Nothing that can refuse the request comes after
+// enqueue but the write itself: a request in the fifo is answered.
 func (c *pconn) send(a *attempt) error {
 	r := a.r
 	if err := c.takeWriteToken(r.ctx); err != nil {
 		return c.tokenError(err)
 	}
 	body, err := r.body()
+	var h wireHead
+	refused := false
+	if err == nil {
+		if h, err = prepareHead(r, body); err != nil {
+			refused = true
+			if body != nil {
+				body.Close() // as net/http, which closes it on any error
+			}
+		}
+	}
 	if err != nil {
+		// Nothing of the request was written: c goes on as it was. An
+		// earlier writer may have left its request for this one to flush.
 		<-c.writeLock
 		c.flushLeftovers()
-		a.deliver(result{err: err})
-		return nil
+		if refused {
+			traceRefused(r, &h, err)
+		}
+		return err
 	}
 	inline := inlineBody(r, body)
 	direct, held := c.claimReader(a, body, inline)
@@ -485,13 +502,13 @@ func (c *pconn) send(a *attempt) error {
 		// Full duplex: the response may come (and be returned) while the
 		// body is still being written, as with net/http.
 		a.writeDone = make(chan struct{})
-		go c.write(a, body, false)
+		go c.write(a, h, body, false)
 		return nil
 	}
 	if held {
-		return c.writeHeld(a, body)
+		return c.writeHeld(a, &h, body)
 	}
-	c.write(a, body, direct)
+	c.write(a, h, body, direct)
 	if direct {
 		c.startDirect(a)
 		c.readDirect(a)
@@ -645,10 +662,10 @@ func (c *pconn) giveBack(r *request, body io.ReadCloser, direct bool) {
 // write writes a's request, holding the write token, and releases it.
 // direct: a's caller holds the read turn (direct.go), to read the answer
 // once the request is written.
-func (c *pconn) write(a *attempt, body io.ReadCloser, direct bool) {
+func (c *pconn) write(a *attempt, h wireHead, body io.ReadCloser, direct bool) {
 	stop, cancelled, deadline := c.watchWrite(a.r, body)
 	tunnel, body := tunnelBody(a.r, body)
-	werr, deferFlush := c.writeOut(a, body, tunnel != nil)
+	werr, deferFlush := c.writeOut(a, &h, body, tunnel != nil)
 	if deadline {
 		c.conn.SetWriteDeadline(time.Time{})
 	}
@@ -737,7 +754,7 @@ func tunnelBody(r *request, body io.ReadCloser) (tunnel, rest io.ReadCloser) {
 // flushed with the requests of the writers queued behind it (deferFlush:
 // flushSoon, once the write token is released). tunnel: a CONNECT's
 // body follows (tunnelBody). The write token is held.
-func (c *pconn) writeOut(a *attempt, body io.ReadCloser, tunnel bool) (werr error, deferFlush bool) {
+func (c *pconn) writeOut(a *attempt, h *wireHead, body io.ReadCloser, tunnel bool) (werr error, deferFlush bool) {
 	r := a.r
 	// The hooks told of the write run with the write token held: the
 	// connection is held meanwhile (hooked).
@@ -745,7 +762,7 @@ func (c *pconn) writeOut(a *attempt, body io.ReadCloser, tunnel bool) (werr erro
 	if hold {
 		c.ev.hold(c, true)
 	}
-	werr = writeRequest(c.bw, &c.lw, r, body, c.waitForContinue(a))
+	werr = writeRequest(c.bw, &c.lw, r, h, body, c.waitForContinue(a))
 	if a.together {
 		a.wireEnd.Store(c.wc.written() + int64(c.bw.Buffered()))
 	}
@@ -1245,10 +1262,11 @@ func (c *pconn) readBodyFrom(a *attempt, resp *http.Response, f framing, closing
 	b.gone = c.closed
 	c.filling.Store(b) // before the caller may hold it unread
 	resp.Body = b
-	if !a.deliver(result{resp: resp}) {
+	held := a.deliver(result{resp: resp})
+	if !held {
 		b.Close() // abandoned: nobody reads it
 	}
-	s := &bodyStream{c: c, a: a, b: b, src: src, lr: lr, cr: cr, open: open, tentative: tentative}
+	s := &bodyStream{c: c, a: a, b: b, src: src, lr: lr, cr: cr, open: open, tentative: tentative, held: held}
 	var start monoTime
 	if a.toStream {
 		start = monoNow()
@@ -1330,6 +1348,9 @@ type bodyStream struct {
 	got       atomic.Int64 // bytes of a tentative body read so far
 	seen      int64        // got at the verdict timer's last run (its goroutine only)
 	verdict   *time.Timer  // a tentative body's stream verdict (checkStream)
+	// held: the caller has the response (its attempt was not abandoned
+	// before the answer came): a cancellation is the caller leaving it.
+	held bool
 
 	mu      sync.Mutex
 	waiting bool        // the body is a stream (startWaiting or becomeStream ran)
@@ -1344,22 +1365,25 @@ type bodyStream struct {
 // waits 50 ms for any body). Ours waits drainWait for a body read ahead
 // as bounded, or grown too long to be, whose connection may carry
 // requests behind it, and lateMin for a stream of events, whose server
-// should learn soon that nobody reads it. A request already cancelled
-// with nothing behind it gives its connection up at once, as with
-// net/http (with requests behind, the rest is read for their sake): a
-// server that stalls mid-body would otherwise hold the connection, and
-// its reader, for ever.
+// should learn soon that nobody reads it. A request whose caller had its
+// response and cancelled it gives its connection up at once, as with
+// net/http (its watch, bodyStream.watch, may not have run yet); so does
+// one abandoned before its answer came, with nothing behind it (with
+// requests behind, the rest is read for their sake): a server that stalls
+// mid-body would otherwise hold the connection, and its reader, for ever.
 type earlyClose struct {
 	c    *pconn
 	a    *attempt
 	wait time.Duration              // set before it is installed
+	held bool                       // the caller has the response (bodyStream.held)
 	done atomic.Bool                // the body ended (bodyStream.stop)
 	t    atomic.Pointer[time.Timer] // armed by closed
 }
 
 // closed runs in the caller's Close, before the body's end.
 func (e *earlyClose) closed() {
-	if ctx := e.a.r.ctx; ctx.Err() != nil && !e.c.behind() {
+	if ctx := e.a.r.ctx; ctx.Err() != nil && (e.held || !e.c.behind()) {
+		e.c.resendBehind(false)
 		e.c.fail(context.Cause(ctx))
 		return
 	}
@@ -1478,6 +1502,7 @@ func (s *bodyStream) took(err error) (bool, error) {
 // head-of-line timeout), and its request's cancellation closes the
 // connection, as with net/http, so that the server learns at once.
 func (s *bodyStream) startWaiting() {
+	s.watch()
 	s.mu.Lock()
 	s.streamLocked()
 	s.c.holStartStream(s.a)
@@ -1491,8 +1516,9 @@ func (s *bodyStream) startWaiting() {
 }
 
 // streamLocked makes the body a stream: its connection takes nothing new
-// until it ends, and its request's cancellation closes the connection.
-// s.mu is held.
+// until it ends, and its request's cancellation closes the connection
+// (since the body's first read from the network if its caller has it:
+// watch). s.mu is held.
 func (s *bodyStream) streamLocked() {
 	s.waiting = true
 	c, a := s.c, s.a
@@ -1501,9 +1527,47 @@ func (s *bodyStream) streamLocked() {
 	a.streamed = true
 	g.mu.Unlock()
 	c.ev.streaming(c, a)
-	if ctx := a.r.ctx; ctx.Done() != nil {
+	if ctx := a.r.ctx; s.stopCtx == nil && ctx.Done() != nil {
 		s.stopCtx = context.AfterFunc(ctx, func() { c.fail(context.Cause(ctx)) })
 	}
+}
+
+// watch makes the cancellation of the body's request close the
+// connection from the body's first read from the network until its end,
+// if its caller has the response (held), as net/http closes it (its
+// readLoop watches the request's context until the body's EOF): the
+// server learns at once that nobody reads on, and nothing is read for
+// nobody. A rest already in hand (the body read to its end) keeps the
+// connection; the drain of a body closed early and nearly read
+// (earlyClose) is for Close, not for a cancellation. It runs once, in the
+// reader goroutine, at the body's first read from the network
+// (startTimer, startWaiting; stop runs in the same goroutine, later), and
+// registers the watch outside s.mu: AfterFunc calls the context's
+// methods, which may be the user's.
+func (s *bodyStream) watch() {
+	ctx := s.a.r.ctx
+	if !s.held || ctx.Done() == nil {
+		return
+	}
+	stop := context.AfterFunc(ctx, s.cancelled)
+	s.mu.Lock()
+	s.stopCtx = stop
+	s.mu.Unlock()
+}
+
+// cancelled closes the connection of a body whose request was cancelled
+// before its end (watch). The safe requests pipelined behind it are sent
+// again elsewhere (resendBehind), their answers not yet read; others fail
+// with the connection, sent again only as retry.go allows.
+func (s *bodyStream) cancelled() {
+	s.mu.Lock()
+	ended := s.ended
+	s.mu.Unlock()
+	if ended {
+		return // the rest was in hand
+	}
+	s.c.resendBehind(false)
+	s.c.fail(context.Cause(s.a.r.ctx))
 }
 
 // onCloseLocked installs what the caller's early Close of a stream does.
@@ -1527,7 +1591,7 @@ func (s *bodyStream) onCloseLocked() (closed func()) {
 	if a.events {
 		wait = lateMin // its end is not near; its server should learn soon
 	}
-	e := &earlyClose{c: c, a: a, wait: wait}
+	e := &earlyClose{c: c, a: a, wait: wait, held: s.held}
 	switch {
 	case s.b.setOnClose(e.closed):
 		if s.early != nil {
@@ -1616,7 +1680,8 @@ func (s *bodyStream) becomeStream(quiet bool) {
 func (s *bodyStream) startTimer() {
 	s.timed = true
 	s.c.holStartStream(s.a)
-	s.early = &earlyClose{c: s.c, a: s.a, wait: s.c.drainWait()}
+	s.watch()
+	s.early = &earlyClose{c: s.c, a: s.a, wait: s.c.drainWait(), held: s.held}
 	s.early.watch(s.b)
 }
 

@@ -53,6 +53,10 @@ type request struct {
 	absoluteURI    bool // absolute-form request target (HTTP proxy)
 	bodyUsed       bool // req.Body was handed to a write
 	proxyAuth      string
+	// host and target are the Host field and the request-target, checked
+	// before the request is placed (checkTarget); empty for a copy of a
+	// late head, whose write works them out again.
+	host, target string
 
 	obs *requestObs // for the Observer (observer_report.go), only when there is one
 
@@ -524,25 +528,100 @@ func (a *attempt) abandon() bool {
 	return a.state.CompareAndSwap(attemptWaiting, attemptAbandoned)
 }
 
-// writeRequest writes r's head and body to w in HTTP/1.1 form, as net/http's
-// Request.write does, adding the transport's own headers without modifying
-// r.req. If waitForContinue is not nil, the head is flushed and the body is
-// written only if waitForContinue reports true (expect.go). lw is the
-// writer's own limitWriter (writeBody), so that none is allocated per body.
-// body, if not nil, is closed on return.
-func writeRequest(w *bufio.Writer, lw *limitWriter, r *request, body io.ReadCloser, waitForContinue func() bool) error {
+// wireHead is what a request's head is written from: its Host field, its
+// request-target and its body's framing, worked out before the request
+// joins a connection's fifo (prepareHead).
+type wireHead struct {
+	host, target string
+	f            requestFraming
+}
+
+// prepareHead works out r's head for an attempt whose body is body (nil:
+// none), before anything of it is written: an error here is one net/http
+// finds while writing a request, before any byte of it reaches its
+// connection, and fails the request with nothing written, its connection
+// and the requests pipelined on it left alone (the head it returns with
+// an error is for traceRefused). The Host field and the
+// request-target were checked before r was placed (checkTarget); the
+// framing needs the body (a probe of it, emptybody.go).
+func prepareHead(r *request, body io.ReadCloser) (wireHead, error) {
+	h := wireHead{host: r.host, target: r.target}
+	if h.target == "" {
+		var err error
+		if h.host, h.target, err = requestTarget(r); err != nil {
+			return wireHead{}, err
+		}
+	}
+	if tunnel, _ := tunnelBody(r, body); tunnel != nil {
+		body = nil // a CONNECT's tunnel is no body of the request's
+	}
+	h.f = frameRequest(r, body)
+	if h.f.chunked {
+		// As net/http's transferWriter: the trailer may not frame the
+		// body anew (RFC 9110 §6.5.1: fields that frame the message are
+		// not sent as trailers).
+		for k := range r.req.Trailer {
+			switch k = http.CanonicalHeaderKey(k); k {
+			case "Transfer-Encoding", "Trailer", "Content-Length":
+				return wireHead{}, fmt.Errorf("invalid Trailer key %q", k)
+			}
+		}
+	} else if h.f.cl > 0 {
+		// A body in memory tells its length: one that differs from the
+		// declared one fails before a byte is written, as with net/http
+		// (its head and such a body wait in its buffer until the
+		// mismatch shows).
+		if n, ok := inMemoryLen(h.f.body); ok && n != h.f.cl {
+			// The head is returned for traceRefused: net/http had
+			// written it into its buffer.
+			return h, fmt.Errorf("http: ContentLength=%d with Body length %d", h.f.cl, n)
+		}
+	}
+	return h, nil
+}
+
+// traceRefused tells r's trace (if it has write hooks) of a request
+// prepareHead refused with err, as net/http's write tells of it: the
+// fields and the end of the head it had written into its buffer before it
+// found err (h, if prepareHead returned one), then WroteRequest with err.
+// Nothing of it is written anywhere. It runs in the caller's goroutine,
+// under no lock and with no write token.
+func traceRefused(r *request, h *wireHead, err error) {
+	t := r.trace
+	if !writeHooked(t) {
+		return
+	}
+	if h.target != "" && (t.WroteHeaderField != nil || t.WroteHeaders != nil) {
+		writeHead(bufio.NewWriterSize(io.Discard, 16), r, h.host, h.target, h.f)
+	}
+	if t.WroteRequest != nil {
+		t.WroteRequest(httptrace.WroteRequestInfo{Err: err})
+	}
+}
+
+// checkTarget works out and checks the Host field and the request-target
+// of r before it is placed on a connection: a request net/http would
+// refuse to write is refused before it takes a place (requestTarget).
+func (r *request) checkTarget() error {
+	var err error
+	r.host, r.target, err = requestTarget(r)
+	return err
+}
+
+// writeRequest writes r's head (h) and body to w in HTTP/1.1 form, as
+// net/http's Request.write does, adding the transport's own headers
+// without modifying r.req. If waitForContinue is not nil, the head is
+// flushed and the body is written only if waitForContinue reports true
+// (expect.go). lw is the writer's own limitWriter (writeBody), so that
+// none is allocated per body. body, if not nil, is closed on return.
+func writeRequest(w *bufio.Writer, lw *limitWriter, r *request, h *wireHead, body io.ReadCloser, waitForContinue func() bool) error {
 	if body != nil {
 		defer body.Close()
 	}
-	host, ruri, err := requestTarget(r)
-	if err != nil {
+	if err := writeHead(w, r, h.host, h.target, h.f); err != nil || h.f.body == nil {
 		return err
 	}
-	f := frameRequest(r, body)
-	if err := writeHead(w, r, host, ruri, f); err != nil || f.body == nil {
-		return err
-	}
-	return writeRequestBody(w, lw, r, body, f, waitForContinue)
+	return writeRequestBody(w, lw, r, body, h.f, waitForContinue)
 }
 
 // requestTarget returns the Host field and the request-target of r's
@@ -698,8 +777,7 @@ func writeFramingFields(w *bufio.Writer, trace *httptrace.ClientTrace, method st
 // transport writes itself (Host, User-Agent and the framing fields).
 func writeHeaderFields(w *bufio.Writer, trace *httptrace.ClientTrace, h http.Header) {
 	for k, vv := range h {
-		switch k {
-		case "Host", "User-Agent", "Content-Length", "Transfer-Encoding", "Trailer":
+		if k == "User-Agent" || transportField(k) {
 			continue
 		}
 		if trace == nil || trace.WroteHeaderField == nil {
@@ -716,6 +794,26 @@ func writeHeaderFields(w *bufio.Writer, trace *httptrace.ClientTrace, h http.Hea
 		}
 		trace.WroteHeaderField(k, written)
 	}
+}
+
+// transportField reports whether k names, in any case, a field the
+// transport writes itself from the request's fields (Host, and those that
+// frame the body). net/http skips only their canonical spelling, and
+// writes a second Host or Content-Length for "host" or "content-length" in
+// the header map; RFC 9112 §3.2 and §6.3 make a server refuse either (or
+// two of its hops read the request differently: smuggling).
+func transportField(k string) bool {
+	switch len(k) {
+	case len("Host"):
+		return strings.EqualFold(k, "Host")
+	case len("Trailer"):
+		return strings.EqualFold(k, "Trailer")
+	case len("Content-Length"):
+		return strings.EqualFold(k, "Content-Length")
+	case len("Transfer-Encoding"):
+		return strings.EqualFold(k, "Transfer-Encoding")
+	}
+	return false
 }
 
 // writeRequestBody writes r's body after its head, framed by f. The head

@@ -136,7 +136,11 @@ func (p *hostPool) roundTripH1(req, sent *http.Request, from *useH1, changes int
 		}
 	}
 	endLegacy := p.t.watchLegacyCancel(r)
-	resp, err := p.roundTripAttempts(r)
+	var resp *http.Response
+	err := r.checkTarget()
+	if err == nil {
+		resp, err = p.roundTripAttempts(r)
+	}
 	redirected := false
 	if u, ok := err.(*useH2); ok && r.bodyUsed {
 		// An attempt here took sent's body, which may be read already:

@@ -539,6 +539,114 @@ func TestCancelWhileReadingBody(t *testing.T) {
 	}
 }
 
+// TestCancelWhileBodyTrickles: a caller that cancels its request while
+// its body trickles in closes the connection at once, as net/http does,
+// whatever the body's framing and whether or not it closes the body: the
+// server's handler sees its request's context done long before it would
+// have written the whole body (4 s). The transport does not read on, for
+// nobody, what its caller has given up.
+func TestCancelWhileBodyTrickles(t *testing.T) {
+	const pieces, piece = 400, 100 // 4 s of 100 bytes each 10 ms
+	for _, tt := range []struct {
+		name    string
+		chunked bool
+		close   bool // the caller closes the body after the cancel
+	}{
+		{"length", false, false},
+		{"length, closed", false, true},
+		{"chunked", true, false},
+		{"chunked, closed", true, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			verifyNoLeaks(t)
+			done := make(chan error, 1) // nil: the handler wrote it all
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if !tt.chunked {
+					w.Header().Set("Content-Length", strconv.Itoa(pieces*piece))
+				}
+				rc := http.NewResponseController(w)
+				for range pieces {
+					w.Write(bytes.Repeat([]byte("x"), piece))
+					rc.Flush()
+					select {
+					case <-r.Context().Done():
+						done <- r.Context().Err()
+						return
+					case <-time.After(10 * time.Millisecond):
+					}
+				}
+				done <- nil
+			}))
+			defer srv.Close()
+			for _, rt := range []http.RoundTripper{&http.Transport{}, newTestTransport(t, TransportOptions{})} {
+				ctx, cancel := context.WithCancel(context.Background())
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+				resp, err := rt.RoundTrip(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := io.ReadFull(resp.Body, make([]byte, 1000)); err != nil {
+					t.Fatal(err)
+				}
+				cancel()
+				start := time.Now()
+				if tt.close {
+					resp.Body.Close()
+				}
+				select {
+				case err := <-done:
+					if err == nil {
+						t.Errorf("%T: the handler wrote the whole body after its client cancelled", rt)
+					}
+					t.Logf("%T: the handler saw its client leave after %v", rt, time.Since(start))
+				case <-time.After(testTimeout):
+					t.Fatalf("%T: the handler still writes %v after its client cancelled", rt, testTimeout)
+				}
+				if _, err := io.Copy(io.Discard, resp.Body); err == nil {
+					t.Errorf("%T: the body read to its end after the cancel", rt)
+				}
+				resp.Body.Close()
+			}
+		})
+	}
+}
+
+// TestGetBodyErrorFreesConnection: a request sent again whose GetBody
+// fails returns GetBody's error, and the connection it was given is free
+// again: with MaxConnsPerHost 1, the next request is answered on it.
+func TestGetBodyErrorFreesConnection(t *testing.T) {
+	verifyNoLeaks(t)
+	errRewind := errors.New("no body again")
+	srv := startRawServer(t, func(n int, c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, req.Body)
+			if n == 0 && req.Method == http.MethodPut {
+				return // closed under the PUT, unanswered: it is sent again
+			}
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
+		}
+	})
+	tr := newTestTransport(t, TransportOptions{MaxConnsPerHost: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if got, err := getBody(ctx, tr, srv.url("/warm")); err != nil || got != "/warm" {
+		t.Fatalf("GET /warm = %q, %v", got, err)
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, srv.url("/put"), strings.NewReader("body"))
+	req.GetBody = func() (io.ReadCloser, error) { return nil, errRewind }
+	if _, err := tr.RoundTrip(req); !errors.Is(err, errRewind) {
+		t.Errorf("PUT whose GetBody fails = %v, want %v", err, errRewind)
+	}
+	if got, err := getBody(ctx, tr, srv.url("/next")); err != nil || got != "/next" {
+		t.Errorf("GET /next after it = %q, %v, want /next", got, err)
+	}
+}
+
 // TestUnreadBodyDoesNotBlock checks that an unread 8 MiB body does not
 // stop a later request that net/http with the same
 // MaxConnsPerHost would serve.
@@ -990,29 +1098,28 @@ func TestEarlyCloseStalledRemainder(t *testing.T) {
 	}
 }
 
-// TestCancelledHeadDrainedForRequestsBehind cancels a head whose body is
-// still arriving, with a request pipelined behind it, and closes the body:
-// the rest is read for the sake of the request behind, which is answered
-// on the same connection.
-func TestCancelledHeadDrainedForRequestsBehind(t *testing.T) {
+// TestCancelledHeadClosesForRequestsBehind cancels a head whose body is
+// still arriving, with a request pipelined behind it: the connection
+// closes at once, as net/http closes the connection of a cancelled
+// request (the server learns that nobody reads on), and the request
+// behind, a safe one not yet answered, is sent again on another
+// connection, where it is answered while the head's rest never comes.
+func TestCancelledHeadClosesForRequestsBehind(t *testing.T) {
 	verifyNoLeaks(t)
-	rest := make(chan struct{})
+	headGone := make(chan struct{}) // the client closed /head's connection
 	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
-		pending := false // /head's rest, sent once rest is closed
 		for {
 			req, err := http.ReadRequest(br)
 			if err != nil {
 				return
 			}
 			if req.URL.Path == "/head" {
+				// Half of /head's body, and never its rest, nor an
+				// answer to what comes behind it.
 				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n"+strings.Repeat("h", 500))
-				pending = true
-				continue
-			}
-			if pending {
-				<-rest
-				io.WriteString(c, strings.Repeat("h", 500))
-				pending = false
+				io.Copy(io.Discard, br)
+				close(headGone)
+				return
 			}
 			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
 		}
@@ -1025,15 +1132,23 @@ func TestCancelledHeadDrainedForRequestsBehind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer resp.Body.Close()
 	behind := getBehind(t, tr, srv, "/behind")
 	cancel()
-	resp.Body.Close()
-	close(rest)
-	if got := <-behind; got != "/behind" {
-		t.Errorf("request behind: got %q, want /behind", got)
+	select {
+	case got := <-behind:
+		if got != "/behind" {
+			t.Errorf("request behind: got %q, want /behind", got)
+		}
+	case <-time.After(testTimeout):
+		t.Fatalf("the request behind a cancelled head still waits after %v", testTimeout)
 	}
-	if n := srv.conns.Load(); n != 1 {
-		t.Errorf("connections = %d, want 1 (the head's rest read for the request behind)", n)
+	<-headGone
+	if n := srv.conns.Load(); n != 2 {
+		t.Errorf("connections = %d, want 2 (the head's closed, the request behind sent again)", n)
+	}
+	if _, err := io.Copy(io.Discard, resp.Body); !errors.Is(err, context.Canceled) {
+		t.Errorf("the head's body after the cancel: %v, want context.Canceled", err)
 	}
 }
 
@@ -1662,6 +1777,9 @@ func TestRequestBodyNothingPastLength(t *testing.T) {
 				req.GetBody = nil
 			}
 			_, err := tr.RoundTrip(req)
+			// A body in memory fails before a byte is written, and
+			// its connection stays: closing it ends the server's read.
+			tr.CloseIdleConnections()
 			want := fmt.Sprintf("ContentLength=4 with Body length %d", len(body))
 			if err == nil || !strings.Contains(err.Error(), want) {
 				t.Errorf("err = %v, want one with %q", err, want)
