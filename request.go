@@ -456,8 +456,8 @@ type attemptRead struct {
 type attemptStream struct {
 	// events: its answer is a stream of events, server-sent events or a
 	// chunked body of which nothing came for streamGap (not one that only
-	// grew too long to be read whole). The pool remembers its path
-	// (hostPool.streamPaths). Two writers: the reader sets it before it
+	// grew too long to be read whole). Its route class is then a
+	// stream in the host model (hostModel.noteAnswer). Two writers: the reader sets it before it
 	// reports the headers (server-sent events), before the verdict's
 	// timer exists, and clears it at the body's end (read in full sooner
 	// than a request behind would have waited), after bodyStream.stop;

@@ -907,7 +907,8 @@ func TestTimerEventStreamBeside(t *testing.T) {
 		large bool
 		// ndjson: the stream is chunked NDJSON, neither asked for nor
 		// answered as server-sent events, on a path whose answer was
-		// taken for a stream before (hostPool.streamPaths).
+		// taken for a stream before (its route class a stream in the
+		// host model).
 		ndjson bool
 	}{
 		{accept: true},
