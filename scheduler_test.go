@@ -1,10 +1,13 @@
 package pipelined
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -287,6 +290,65 @@ func TestDispatchToH2(t *testing.T) {
 			if got != tt.want {
 				t.Errorf("sent to HTTP/2: %t, want %t", got, tt.want)
 			}
+		})
+	}
+}
+
+// TestBurstPlacedOnceAnswered: a burst of a route the host has not
+// answered yet waits for one answer of each of its routes and is then
+// pipelined: the requests that queued while their route was unseen take
+// its verdict (waitQueue.learned) instead of each being written alone.
+// The server runs a connection's requests at once, each answered after its
+// delay; the host answered a request of another route before, and is
+// proven (so that the probe, whose proof the scheduling of two callers
+// decides, does not weigh). The burst takes an answer time per route and
+// ⌈n / (connections × depth)⌉ more, where it took n / connections.
+func TestBurstPlacedOnceAnswered(t *testing.T) {
+	tests := []struct {
+		name    string
+		conns   int
+		delay   time.Duration
+		methods []string // taken in turn by the burst's requests
+		answers int      // answer times the burst may take
+	}{
+		{"one connection", 1, 50 * time.Millisecond, []string{"GET"}, 1 + 2},
+		{"two connections", 2, 50 * time.Millisecond, []string{"GET"}, 1 + 1},
+		{"GET and HEAD", 1, 30 * time.Millisecond, []string{"GET", "HEAD"}, 2 + 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := &memServer{handle: memServeConcurrent(func(string, string) time.Duration { return tt.delay })}
+				tr := NewTransport(TransportOptions{DialContext: srv.dial, MaxConnsPerHost: tt.conns, PipelineConnsPerHost: tt.conns, PipelineDepth: 8})
+				defer tr.Close()
+				if got := <-memGet(tr, "/warm"); got != "/warm" {
+					t.Fatalf("/warm = %q", got)
+				}
+				p := poolOf(tr, "mem.test:80")
+				p.mu.Lock()
+				p.model.proven = true
+				p.mu.Unlock()
+				start := time.Now()
+				var wg sync.WaitGroup
+				for i := range 16 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						req, _ := http.NewRequest(tt.methods[i%len(tt.methods)], fmt.Sprintf("http://mem.test/items/x%d", i), nil)
+						resp, err := tr.RoundTrip(req)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+					}()
+				}
+				wg.Wait()
+				if took, want := time.Since(start), time.Duration(tt.answers)*tt.delay+quickWait; took > want {
+					t.Errorf("the burst took %v (%.1f answer times), want at most %v", took, float64(took)/float64(tt.delay), want)
+				}
+			})
 		})
 	}
 }
