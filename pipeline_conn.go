@@ -1691,6 +1691,9 @@ func (c *pconn) finishResponse(a *attempt, closing, headers bool) {
 	if hold {
 		c.ev.hold(c, false)
 	}
+	if !closing {
+		c.cutAbandoned() // the next head's caller gave it up
+	}
 }
 
 // hooksAtDone reports whether a hook of the user's may run once a's
@@ -1764,6 +1767,38 @@ func (c *pconn) dropIfUnwanted() {
 }
 
 var errUnwanted = errors.New("pipelined: no request waits for the pending response")
+
+// abandoned is called once the caller of a, an attempt on c, gave it up
+// before its answer's head came. As net/http closes a connection whose
+// request was cancelled before its answer, c takes nothing new (what was
+// placed on it and not yet written goes elsewhere), and it closes once a
+// is its oldest unanswered request (cutAbandoned): a request written
+// behind a would wait out a's whole answer, which nobody reads, and a
+// request placed behind it later too. Held until that answer came, 1 request
+// in 20 with a 10 ms deadline to a route answering in 30 ms cost the other
+// callers more than half their requests against net/http's.
+func (c *pconn) abandoned() {
+	c.stopWriting()
+	c.dropIfUnwanted()
+	c.cutAbandoned()
+}
+
+// cutAbandoned closes c if its oldest unanswered request was abandoned by
+// its caller before its head came (abandoned), sending the requests
+// written behind it again elsewhere: they were pipelined, so safe, and a
+// client sends pipelined requests again when their connection closes
+// before their answers (RFC 9112 §9.3.2). It reports whether it closed c.
+func (c *pconn) cutAbandoned() bool {
+	c.mu.Lock()
+	cut := !c.dead && len(c.fifo) > 0 && !c.fifo[0].headersRead && c.fifo[0].state.Load() == attemptAbandoned
+	c.mu.Unlock()
+	if !cut {
+		return false
+	}
+	c.resendBehind(true)
+	c.fail(errUnwanted)
+	return true
+}
 
 // resendBehind tells the callers of attempts written behind the head to
 // send their requests elsewhere. With all, every one of them: the server

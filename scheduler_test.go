@@ -2,6 +2,7 @@ package pipelined
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -412,4 +413,78 @@ func TestOverloadAtLimit(t *testing.T) {
 				rate, rate/float64(limit), p99, 2*callers*time.Second/limit)
 		}
 	})
+}
+
+// TestAbandonedHeadCut: a request given up before its answer's head closes
+// its connection once it is the oldest unanswered one, as net/http closes
+// a cancelled request's connection, and the requests pipelined behind it
+// are sent again elsewhere (pconn.abandoned): they are answered when it is
+// given up (or when the head ahead of it is answered), not when its
+// answer comes, which nobody reads. The server runs a connection's
+// requests at once: /slow answers after 30 ms, /slower after 60, /fast at
+// once, each in its turn.
+func TestAbandonedHeadCut(t *testing.T) {
+	delay := map[string]time.Duration{"/fast": 0, "/slow": 30 * time.Millisecond, "/slower": 60 * time.Millisecond}
+	tests := []struct {
+		name     string
+		ahead    string        // a request ahead of the one given up ("": none)
+		given    string        // the request given up after 10 ms
+		wantFast time.Duration // /fast, behind both, answered by then
+	}{
+		{"head given up", "", "/slow", 10 * time.Millisecond},
+		{"given up behind a head", "/slow", "/slower", 30 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := &memServer{handle: memServeConcurrent(func(_, path string) time.Duration { return delay[path] })}
+				tr := NewTransport(TransportOptions{DialContext: srv.dial, MaxConnsPerHost: 1, PipelineConnsPerHost: 1, PipelineDepth: 4})
+				defer tr.Close()
+				for _, path := range []string{"/fast", "/slow", "/slower"} { // each route answered once
+					if got := <-memGet(tr, path); got != path {
+						t.Fatalf("%s = %q", path, got)
+					}
+				}
+				p := poolOf(tr, "mem.test:80")
+				p.mu.Lock()
+				p.model.proven = true
+				p.mu.Unlock()
+				start := time.Now()
+				var ahead <-chan string
+				if tt.ahead != "" {
+					ahead = memGet(tr, tt.ahead)
+					synctest.Wait()
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+				defer cancel()
+				given := make(chan error, 1)
+				go func() {
+					req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://mem.test"+tt.given, nil)
+					resp, err := tr.RoundTrip(req)
+					if err == nil {
+						resp.Body.Close()
+					}
+					given <- err
+				}()
+				synctest.Wait()
+				fast := memGet(tr, "/fast") // pipelined behind the one given up
+				if got := <-fast; got != "/fast" {
+					t.Errorf("/fast = %q", got)
+				}
+				if took := time.Since(start); took > tt.wantFast {
+					t.Errorf("/fast answered after %v, want by %v", took, tt.wantFast)
+				}
+				if err := <-given; !errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("%s: %v, want the deadline", tt.given, err)
+				}
+				if ahead != nil {
+					if got := <-ahead; got != tt.ahead {
+						t.Errorf("%s = %q", tt.ahead, got)
+					}
+				}
+				tr.Close()
+				synctest.Wait() // the server's goroutines end with their connections
+			})
+		})
+	}
 }
