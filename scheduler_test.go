@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -487,4 +489,61 @@ func TestAbandonedHeadCut(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestRestartedStreamAlone: a watch restarted from its last
+// resourceVersion that ended soon after its start (read whole before a
+// request behind it would have waited) does not make its route one that
+// requests may follow: its route is unseen again (model.go, noteAnswer), so
+// that the next restart, a stream again, has nothing written behind it.
+// Taken for bounded, that restart had a GET pipelined behind it for as
+// long as the watch ran or HeadOfLineTimeout.
+func TestRestartedStreamAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var watches atomic.Int32
+		srv := &memServer{handle: memEach(func(c net.Conn, req *http.Request) {
+			if req.URL.Query().Get("watch") == "" {
+				answer(c, req)
+				return
+			}
+			// A watch: its head and an event at once, then quiet for its
+			// time; the second one ends soon.
+			last := 2 * time.Second
+			if watches.Add(1) == 2 {
+				last = 300 * time.Millisecond
+			}
+			event := `{"type":"ADDED","object":{}}` + "\n"
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n", len(event), event)
+			time.Sleep(last)
+			io.WriteString(c, "0\r\n\r\n")
+		})}
+		tr := NewTransport(TransportOptions{DialContext: srv.dial, MaxConnsPerHost: 2, PipelineConnsPerHost: 1, PipelineDepth: 4})
+		defer tr.Close()
+		if got := <-memGet(tr, "/api/v1/pods/p1"); got != "/api/v1/pods/p1" {
+			t.Fatalf("GET = %q", got)
+		}
+		p := poolOf(tr, "mem.test:80")
+		p.mu.Lock()
+		p.model.proven = true
+		p.mu.Unlock()
+		for rv := 1; rv <= 2; rv++ { // a stream, then one that ends soon
+			if got := <-memGet(tr, fmt.Sprintf("/api/v1/pods?watch=1&resourceVersion=%d", rv)); strings.HasPrefix(got, "error") {
+				t.Fatalf("watch %d: %s", rv, got)
+			}
+		}
+		watch := memGet(tr, "/api/v1/pods?watch=1&resourceVersion=3")
+		synctest.Wait() // its head and first event are read
+		start := time.Now()
+		if got := <-memGet(tr, "/api/v1/pods/p2"); got != "/api/v1/pods/p2" {
+			t.Errorf("GET = %q", got)
+		}
+		if took := time.Since(start); took > 50*time.Millisecond {
+			t.Errorf("a GET beside the restarted watch took %v", took)
+		}
+		if got := <-watch; strings.HasPrefix(got, "error") {
+			t.Errorf("watch 3: %s", got)
+		}
+		tr.Close()
+		synctest.Wait()
+	})
 }
