@@ -559,10 +559,13 @@ func (c *pconn) claimReader(a *attempt, body io.ReadCloser, inline bool) (direct
 // itself (direct), and starts the timers a's place calls for: a's header
 // timer if it is the head, the head-of-line timer of the head it is the
 // first behind. It reports false, with a not queued, if c takes no more
-// requests. The caller holds the write token.
+// requests, or if the last request written on c may not be followed
+// (followable) and has had no answer: a was placed before that request and
+// came to the write token after it, and goes elsewhere. The caller holds
+// the write token.
 func (c *pconn) enqueue(a *attempt, direct bool) bool {
 	c.mu.Lock()
-	if c.dead || c.noWrite {
+	if n := len(c.fifo); c.dead || c.noWrite || n > 0 && !followable(c.fifo[n-1]) && !c.fifo[n-1].headersRead {
 		c.mu.Unlock()
 		return false
 	}
@@ -588,6 +591,17 @@ func (c *pconn) enqueue(a *attempt, direct bool) bool {
 		c.holStart(first) // something waits behind the head now
 	}
 	return true
+}
+
+// followable reports whether requests may be written behind a before its
+// answer, as the pool places them (assignLocked): a pipelineable request
+// neither alone nor of a route not known to answer bounded and quickly
+// (model.go). Requests go out in the order they take the write token, not
+// that of their places: one placed before a restarted watch, its route
+// unseen, but written after it, waited behind the watch until
+// HeadOfLineTimeout.
+func followable(a *attempt) bool {
+	return a.r.pipelineable && !a.alone && a.follow.ok()
 }
 
 // joinLocked records what a's place on c tells the pool and the reader

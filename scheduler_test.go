@@ -547,3 +547,56 @@ func TestRestartedStreamAlone(t *testing.T) {
 		synctest.Wait()
 	})
 }
+
+// TestEnqueueBehindUnfollowable: a request placed on a connection before
+// one that nothing may follow (its route unseen, a stream's or late, a
+// retry) but come to the write token after it is not written behind it
+// while it has had no answer: it goes elsewhere (enqueue reports false), as
+// the pool would have placed it had it come later. Written behind a
+// restarted watch, it waited until HeadOfLineTimeout.
+func TestEnqueueBehindUnfollowable(t *testing.T) {
+	tr := NewTransport(TransportOptions{})
+	defer tr.Close()
+	p := newHostPool(tr, poolKey{scheme: "http", addr: "mem.test:80"})
+	client, server := memPipe()
+	defer server.Close()
+	c := newPconn(tr, p, client, nil)
+	defer client.Close()
+	tests := []struct {
+		name     string
+		follow   followVerdict
+		alone    bool
+		answered bool // the last request's head was read
+		want     bool
+	}{
+		{"behind a known route", followKnown, false, false, true},
+		{"behind an unseen route", followUnseen, false, false, false},
+		{"behind an unseen route answered", followUnseen, false, true, true},
+		{"behind a stream", followStreams, true, false, false},
+		{"behind a retry", followKnown, true, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			last := newTestAttempt(tr, tt.follow, tt.alone)
+			last.headersRead = tt.answered
+			c.mu.Lock()
+			c.fifo = []*attempt{last}
+			c.mu.Unlock()
+			if got := c.enqueue(newTestAttempt(tr, followKnown, false), false); got != tt.want {
+				t.Errorf("enqueue = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	c.mu.Lock()
+	c.fifo = nil
+	c.mu.Unlock()
+}
+
+// newTestAttempt returns an attempt of a GET placed with the given verdict
+// of its route.
+func newTestAttempt(tr *Transport, follow followVerdict, alone bool) *attempt {
+	req, _ := http.NewRequest(http.MethodGet, "http://mem.test/", nil)
+	a := newAttempt(newRequest(tr, req, poolKey{scheme: "http", addr: "mem.test:80"}), alone)
+	a.follow = follow
+	return a
+}
