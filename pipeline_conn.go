@@ -63,6 +63,9 @@ type pconn struct {
 	// answered (sched.inflight), stored under hostPool.mu: more than fifo
 	// holds means a writer is on its way (pipelining).
 	placed atomic.Int32
+	// gaveUp: a caller gave up an attempt on c before its answer's head
+	// (abandoned); set once, as c then ends.
+	gaveUp atomic.Bool
 
 	mu       sync.Mutex // guards the fields below up to closeOnce
 	fifo     []*attempt // attempts written and not fully answered, in wire order; nr.pipelined follows it (notePipelinedLocked)
@@ -1705,8 +1708,8 @@ func (c *pconn) finishResponse(a *attempt, closing, headers bool) {
 	if hold {
 		c.ev.hold(c, false)
 	}
-	if !closing {
-		c.cutAbandoned() // the next head's caller gave it up
+	if !closing && c.gaveUp.Load() {
+		c.cutAbandoned() // the next head's caller may have given it up
 	}
 }
 
@@ -1792,6 +1795,7 @@ var errUnwanted = errors.New("pipelined: no request waits for the pending respon
 // in 20 with a 10 ms deadline to a route answering in 30 ms cost the other
 // callers more than half their requests against net/http's.
 func (c *pconn) abandoned() {
+	c.gaveUp.Store(true)
 	c.stopWriting()
 	c.dropIfUnwanted()
 	c.cutAbandoned()
