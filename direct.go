@@ -176,6 +176,12 @@ func (c *pconn) claimDirect(a *attempt) bool {
 	if c.rd.Load() != rdFree {
 		return false // no lock for the busy connections of a pipeline
 	}
+	if c.placed.Load() > 1 {
+		// A request is placed behind it (a burst's, a probe): written
+		// at once on its own, it would not go out together with that
+		// one (flushSoon), and a probe would prove nothing.
+		return false
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.rd.Load() != rdFree || len(c.fifo) > 0 || c.dead || c.noWrite {

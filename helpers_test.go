@@ -449,6 +449,45 @@ func memServeSerial(delay func(path string) time.Duration) func(int, net.Conn, *
 	}
 }
 
+// memServeConcurrent returns a memServer handler that runs a connection's
+// requests at once, as a server in front of a pool does: each is answered
+// delay(its method, path) after it was read, in the order they came. What
+// is due when the connection ends is not answered.
+func memServeConcurrent(delay func(method, path string) time.Duration) func(int, net.Conn, *bufio.Reader) {
+	return func(_ int, c net.Conn, br *bufio.Reader) {
+		type due struct {
+			at  time.Time
+			req *http.Request
+		}
+		q := make(chan due, 64)
+		ended := make(chan struct{})
+		defer close(ended)
+		defer close(q)
+		go func() {
+			for d := range q {
+				select {
+				case <-time.After(time.Until(d.at)):
+				case <-ended:
+					return
+				}
+				if d.req.Method == http.MethodHead {
+					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", len(d.req.URL.Path))
+					continue
+				}
+				answer(c, d.req)
+			}
+		}()
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, req.Body)
+			q <- due{time.Now().Add(delay(req.Method, req.URL.Path)), req}
+		}
+	}
+}
+
 // memEach returns a memServer handler that reads a connection's requests
 // one at a time, each with its body read, and hands each to serve, which
 // writes its answer (or none) on c. It ends at the first read error.

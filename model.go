@@ -272,6 +272,16 @@ func (m *hostModel) noteAnswer(c routeClass, now monoTime, kind answerKind, head
 		m.classes[c] = s
 	} else {
 		m.count(s, -1)
+		if s.last == answerStream && kind == answerBounded {
+			// A stream's class answered whole (a watch that ended soon
+			// after its start, a 410 Gone): unseen again, so that the
+			// next request, likely a stream again, has nothing written
+			// behind it until an answer shows what it is. Taken as
+			// bounded at once, the next restart of a Kubernetes watch
+			// had GETs behind it until HeadOfLineTimeout.
+			delete(m.classes, c)
+			return m.follow(c) != before
+		}
 	}
 	s.seen = now
 	s.last = kind

@@ -104,6 +104,9 @@ func TestHostModel(t *testing.T) {
 			want{list: followKnown, watch: followStreams}},
 		{"a bulk answer of a stream class forgets it", false,
 			[]modelStep{quick(list), stream(watch), quick(watch)},
+			want{watch: followUnseen}},
+		{"a stream class answered whole twice is followed", false,
+			[]modelStep{quick(list), stream(watch), quick(watch), quick(watch)},
 			want{watch: followKnown}},
 		{"a long poll is late, even as the host's first answer", false,
 			[]modelStep{slow(poll, 2*time.Second)},
@@ -201,7 +204,7 @@ func TestHostModelChanged(t *testing.T) {
 			got = append(got, m.follow(7).String())
 		}
 	}
-	if want := []string{"bounded", "stream", "bounded", "late", "stream"}; fmt.Sprint(got) != fmt.Sprint(want) {
+	if want := []string{"bounded", "stream", "unseen", "late", "stream"}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("changes %q, want %q", got, want)
 	}
 }

@@ -697,7 +697,9 @@ func (p *hostPool) noteAnswerLocked(a *attempt, kind answerKind) {
 		return // only requests that others could follow are classed
 	}
 	if p.model.noteAnswer(a.r.class, monoNow(), kind, a.headWait, p.t.holTimeout()) {
-		p.modelChanged = append(p.modelChanged, modelChange{a.r, p.model.follow(a.r.class)})
+		v := p.model.follow(a.r.class)
+		p.modelChanged = append(p.modelChanged, modelChange{a.r, v})
+		p.waiters.learned(a.r.class, v)
 	}
 }
 

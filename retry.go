@@ -354,10 +354,10 @@ func (p *hostPool) await(a *attempt) result {
 		return a.out
 	case <-done:
 		if a.abandon() {
-			// The connection reads and discards the answer when it comes,
-			// for the sake of the requests behind it; with none, it is
-			// closed, as net/http does (the answer may never come).
-			a.c.dropIfUnwanted()
+			// The connection takes nothing more, and closes once a is its
+			// oldest unanswered request, as net/http closes it (the
+			// answer may never come); the requests behind a go elsewhere.
+			a.c.abandoned()
 			return result{err: context.Cause(a.r.ctx)}
 		}
 		return a.result() // delivered just now: use it, as net/http does

@@ -97,6 +97,26 @@ func (q *waitQueue) remove(w *waiter) bool {
 	return true
 }
 
+// learned gives the waiters of class c queued while it was unseen its
+// first verdict v, as if they had come after its answer (place): a burst
+// to a fresh host waits for one answer of each route, then is pipelined.
+// Left unseen, each was written alone when its turn came, however its
+// route had answered meanwhile: 16 GETs at once over one connection took
+// 16 answer times instead of 4.
+func (q *waitQueue) learned(c routeClass, v followVerdict) {
+	for _, w := range q.ws {
+		a := w.a
+		if a.follow != followUnseen || a.r.class != c {
+			continue
+		}
+		a.follow = v
+		if v.alone() && !a.alone {
+			a.alone, a.toStream = true, v == followStreams
+			q.solo++
+		}
+	}
+}
+
 // takeAll empties the queue and returns its waiters in order.
 func (q *waitQueue) takeAll() []*waiter {
 	ws := q.ws

@@ -1194,7 +1194,8 @@ func TestTimerChunkedEarlyClose(t *testing.T) {
 // TestTimerRouteClasses: a host's model learns, per route class, whether
 // its last answer was a stream: a chunked answer of which nothing came for
 // a while, or one too long to be read whole; and forgets it when an answer
-// of the class ends sooner than a request behind it would have waited.
+// of the class ends sooner than a request behind it would have waited: the
+// class is unseen again until its next answer.
 func TestTimerRouteClasses(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const big = maxBufferedBody + 64<<10
@@ -1265,7 +1266,8 @@ func TestTimerRouteClasses(t *testing.T) {
 			{"a bulk answer of the class", func() {
 				bulkWatch.Store(true)
 				<-memGet(tr, "/watch?stream=3")
-			}, followKnown, followStreams, followKnown},
+			}, followUnseen, followStreams, followKnown},
+			{"a second bulk answer", func() { <-memGet(tr, "/watch?stream=4") }, followKnown, followStreams, followKnown},
 		} {
 			step.do()
 			for _, c := range []struct {
