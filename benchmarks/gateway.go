@@ -110,8 +110,6 @@ func (b gatewayBuffers) Put(buf []byte) { b.p.Put(&buf) }
 type gateway struct {
 	child *childServer
 	http  *http.Client
-	// dials0: the backend dials when the window opened (usage).
-	dials0 int64
 }
 
 // startGateway starts the gateway child for the row name in front of the
