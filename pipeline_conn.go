@@ -119,6 +119,7 @@ type pconn struct {
 	// once, by finishResponse or by readDirect).
 	directing     atomic.Pointer[attempt]
 	directWatched bool
+	onCancel      func() // cancelDirect, the function of every watch (startDirect)
 
 	// Guarded by deadlineMu: the attempt a caller reads directly while its
 	// context may be cancelled, that context's Done channel, and whether
