@@ -304,21 +304,25 @@ type body struct {
 	ctx context.Context
 	dst *http.Response // receives the trailers at EOF
 
-	mu       sync.Mutex
-	cond     sync.Cond // signalled on every change below
-	bufp     *[]byte   // from bodyBufPools
-	buf      []byte    // *bufp
-	r, w     int       // unread data is buf[r:w]
-	writing  bool      // the reader is filling buf[w:] outside mu
-	lent     bool      // WriteTo is writing buf[r:w] outside mu
-	end      bool      // the reader is done: err is final
-	err      error
+	mu   sync.Mutex
+	cond sync.Cond // signalled on every change below
+	bufp *[]byte   // from bodyBufPools
+	buf  []byte    // *bufp
+	r, w int       // unread data is buf[r:w]
+	// The flags pack together (the body fits the allocator's 240-byte
+	// class); reading and srcDone are src's (below).
+	writing  bool // the reader is filling buf[w:] outside mu
+	lent     bool // WriteTo is writing buf[r:w] outside mu
+	end      bool // the reader is done: err is final
 	closed   bool // the caller closed the body
-	limit    int  // buf grows up to this size (maxReadAhead unless readAhead)
-	trailer  http.Header
-	onClose  func() // set by the reader while streaming: the caller closed early
 	recycled bool
 	watched  bool // an AfterFunc wakes waiting reads when ctx ends
+	reading  bool
+	srcDone  bool
+	err      error
+	limit    int // buf grows up to this size (maxReadAhead unless readAhead)
+	trailer  http.Header
+	onClose  func() // set by the reader while streaming: the caller closed early
 	// gone is closed when the connection the reader fills buf from is
 	// closed: the reader waits for room no longer (the caller may never
 	// make any, and Transport.Close waits for the reader).
@@ -336,10 +340,8 @@ type body struct {
 	// reading: a caller reads from src outside mu; srcDone: src reached
 	// the body's end or failed (srcErr), and the reader takes the
 	// connection back.
-	src     source
-	reading bool
-	srcDone bool
-	srcErr  error
+	src    source
+	srcErr error
 }
 
 // A source is the rest of a stream on its connection (bodyStream).

@@ -365,7 +365,7 @@ func (c *pconn) startDirect(a *attempt) {
 		// was pointed at, the watch is spent.
 		select {
 		case <-done:
-			c.cancelDirect(done)
+			c.cancelDirect()
 		default:
 		}
 		return
@@ -377,8 +377,13 @@ func (c *pconn) startDirect(a *attempt) {
 		return // closed: the read ends without a watch
 	}
 	// Registered outside deadlineMu: AfterFunc calls the context's
-	// methods, which may be the user's.
-	stop := context.AfterFunc(ctx, func() { c.cancelDirect(done) })
+	// methods, which may be the user's. The function is the connection's
+	// own, made once: a closure per watch would cost an allocation per
+	// request whose context is its own (a Client.Timeout).
+	if c.onCancel == nil {
+		c.onCancel = c.cancelDirect
+	}
+	stop := context.AfterFunc(ctx, c.onCancel)
 	c.deadlineMu.Lock()
 	if c.watchGone {
 		c.deadlineMu.Unlock()
@@ -540,13 +545,19 @@ func (c *pconn) directDone(a *attempt) bool {
 	return true
 }
 
-// cancelDirect interrupts the direct read whose context's Done channel is
-// done: that context was cancelled. It runs in the watch's goroutine.
-func (c *pconn) cancelDirect(done <-chan struct{}) {
+// cancelDirect interrupts the direct read under way if its context was
+// cancelled (its Done channel is closed). It runs in a watch's goroutine
+// (startDirect); a watch of another context, stopped too late, finds the
+// read's own context alive and does nothing.
+func (c *pconn) cancelDirect() {
 	c.deadlineMu.Lock()
-	if c.directA != nil && c.directCtxDone == done {
-		c.directCancelled = true
-		c.conn.SetReadDeadline(aLongTimeAgo)
+	if c.directA != nil {
+		select {
+		case <-c.directCtxDone:
+			c.directCancelled = true
+			c.conn.SetReadDeadline(aLongTimeAgo)
+		default:
+		}
 	}
 	c.deadlineMu.Unlock()
 }

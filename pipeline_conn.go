@@ -122,6 +122,7 @@ type pconn struct {
 	// once, by finishResponse or by readDirect).
 	directing     atomic.Pointer[attempt]
 	directWatched bool
+	onCancel      func() // cancelDirect, the function of every watch (startDirect)
 
 	// Guarded by deadlineMu: the attempt a caller reads directly while its
 	// context may be cancelled, that context's Done channel, and whether
@@ -307,7 +308,11 @@ func (r *netReader) unread(b []byte) {
 // with nothing written since can be one (netReader.unacked). At 1 ms the
 // timer fired for most answers of a server that takes a millisecond (0.3
 // to 0.5 per request, a goroutine and a system call each); at 2 ms, for
-// 1 in 50 to 1 in 150, and a stall costs Puma's mixed load 1-2%.
+// 1 in 50 to 1 in 150, and a stall costs Puma's mixed load 1-2%. The
+// timer asks for the ACK even if the connection wrote since it was armed:
+// skipping the call then left half of the rounds of
+// TestNagleServerPipelinedAnswersNotDelayed waiting out the kernel's
+// timer (ackNow also ends the socket's interactive mode).
 const ackStall = 2 * time.Millisecond
 
 // notePipelinedLocked sets nr.pipelined from fifo. c.mu is held.

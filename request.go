@@ -252,13 +252,16 @@ type attempt struct {
 
 	attemptCaller
 	attemptPlace
-	attemptPool
 	attemptOutcome
 	attemptWrite
 	attemptHeaderTimer
 	attemptContinue
 	attemptRead
+	// Flags only, after attemptStream's: together they fill one word (a
+	// request, with its first attempt, fits the allocator's 480-byte
+	// class).
 	attemptStream
+	attemptPool
 
 	// wait is a's place in its pool's queue (scheduler.go, place), written
 	// under hostPool.mu by place and by whoever dispatches a connection to
