@@ -48,6 +48,8 @@ staticcheck() {
 go127=go1.27.3
 (GOTOOLCHAIN=$go127 go version >/dev/null 2>&1 &)
 (go -C examples vet ./... && go -C examples test -race -count=1 -run '^$' ./...) >/dev/null 2>&1 &
+prebuild=$!
+trap 'kill "$prebuild" 2>/dev/null || true; printf "%s\n" "${steps[@]}" "$(printf "%4ds  end" "$SECONDS")"' EXIT
 go vet ./...
 step "vet"
 staticcheck .
