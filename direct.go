@@ -378,11 +378,8 @@ func (c *pconn) startDirect(a *attempt) {
 	}
 	// Registered outside deadlineMu: AfterFunc calls the context's
 	// methods, which may be the user's. The function is the connection's
-	// own, made once: a closure per watch would cost an allocation per
+	// own (newPconn): a closure per watch would cost an allocation per
 	// request whose context is its own (a Client.Timeout).
-	if c.onCancel == nil {
-		c.onCancel = c.cancelDirect
-	}
 	stop := context.AfterFunc(ctx, c.onCancel)
 	c.deadlineMu.Lock()
 	if c.watchGone {

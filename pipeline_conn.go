@@ -433,7 +433,8 @@ func newPconn(t *Transport, ev connEvents, conn net.Conn, state *tls.ConnectionS
 		c.wake = make(chan struct{}, 1)
 		c.restT = time.NewTimer(restWatch)
 		c.restT.Stop()
-		c.rd.Store(rdFree) // the reader goroutine starts at rest (direct.go)
+		c.onCancel = c.cancelDirect // made once: a closure per watch would cost an allocation per request
+		c.rd.Store(rdFree)          // the reader goroutine starts at rest (direct.go)
 	}
 	c.s.idleSince = time.Now()
 	c.s.opened = c.s.idleSince
