@@ -329,10 +329,7 @@ func TestBurstPlacedOnceAnswered(t *testing.T) {
 				if got := <-memGet(tr, "/warm"); got != "/warm" {
 					t.Fatalf("/warm = %q", got)
 				}
-				p := poolOf(tr, "mem.test:80")
-				p.mu.Lock()
-				p.model.proven = true
-				p.mu.Unlock()
+				markProven(tr, "mem.test:80")
 				start := time.Now()
 				var wg sync.WaitGroup
 				for i := range 16 {
@@ -450,10 +447,7 @@ func TestAbandonedHeadCut(t *testing.T) {
 						t.Fatalf("%s = %q", path, got)
 					}
 				}
-				p := poolOf(tr, "mem.test:80")
-				p.mu.Lock()
-				p.model.proven = true
-				p.mu.Unlock()
+				markProven(tr, "mem.test:80")
 				start := time.Now()
 				var ahead <-chan string
 				if tt.ahead != "" {
@@ -525,10 +519,7 @@ func TestRestartedStreamAlone(t *testing.T) {
 		if got := <-memGet(tr, "/api/v1/pods/p1"); got != "/api/v1/pods/p1" {
 			t.Fatalf("GET = %q", got)
 		}
-		p := poolOf(tr, "mem.test:80")
-		p.mu.Lock()
-		p.model.proven = true
-		p.mu.Unlock()
+		markProven(tr, "mem.test:80")
 		for rv := 1; rv <= 2; rv++ { // a stream, then one that ends soon
 			if got := <-memGet(tr, fmt.Sprintf("/api/v1/pods?watch=1&resourceVersion=%d", rv)); strings.HasPrefix(got, "error") {
 				t.Fatalf("watch %d: %s", rv, got)
