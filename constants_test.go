@@ -31,7 +31,7 @@ var fixedValues = map[string]any{
 	"ejectMax":      ejectMax,
 	// dialer.go
 	"connectTimeout": connectTimeout,
-	// direct.go
+	// conn_direct.go
 	"restWatch": restWatch,
 	// emptybody.go
 	"probeDelay": probeDelay,
@@ -70,7 +70,7 @@ var fixedValues = map[string]any{
 	"serialDialGap": serialDialGap,
 	"farHop":        farHop,
 	"pipelineBytes": byteSize(pipelineBytes),
-	// pipeline_conn.go
+	// conn_write.go, conn_read.go (ackStall)
 	"bodyCopySize":  byteSize(bodyCopySize),
 	"ackStall":      ackStall,
 	"maxInlineBody": byteSize(maxInlineBody),

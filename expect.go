@@ -41,7 +41,8 @@ func (a *attempt) finalContinue(resp *http.Response) {
 // waitForContinue returns the function writeRequest calls after flushing
 // the head of a's request, or nil if a does not expect a 100. The function
 // reports whether to send the body.
-func (c *pconn) waitForContinue(a *attempt) func() bool {
+func (wr *connWriter) waitForContinue(a *attempt) func() bool {
+	c := wr.c
 	if a.continueCh == nil {
 		return nil
 	}
