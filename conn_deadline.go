@@ -53,15 +53,15 @@ func (rdl *readDeadline) armHeaderTimeout(a *attempt) {
 	if d <= 0 {
 		return
 	}
-	c.deadlineMu.Lock()
+	rdl.deadlineMu.Lock()
 	if !a.disarmed {
-		c.armed = a
-		c.armedUntil = time.Now().Add(d)
-		if !c.directCancelled {
-			c.conn.SetReadDeadline(c.armedUntil)
+		rdl.armed = a
+		rdl.armedUntil = time.Now().Add(d)
+		if !rdl.directCancelled {
+			c.conn.SetReadDeadline(rdl.armedUntil)
 		}
 	}
-	c.deadlineMu.Unlock()
+	rdl.deadlineMu.Unlock()
 }
 
 // disarm stops a's header timer, reporting whether it was running.
@@ -70,12 +70,12 @@ func (rdl *readDeadline) disarm(a *attempt) bool {
 	if c.t.opts.ResponseHeaderTimeout <= 0 {
 		return false
 	}
-	c.deadlineMu.Lock()
-	defer c.deadlineMu.Unlock()
+	rdl.deadlineMu.Lock()
+	defer rdl.deadlineMu.Unlock()
 	a.disarmed = true
-	if c.armed == a {
-		c.armed = nil
-		if !c.directCancelled {
+	if rdl.armed == a {
+		rdl.armed = nil
+		if !rdl.directCancelled {
 			c.conn.SetReadDeadline(time.Time{})
 		}
 		return true
@@ -107,22 +107,22 @@ func (rdl *readDeadline) startDirect(a *attempt) {
 	if done == nil {
 		return // a context that can never be cancelled needs no watch
 	}
-	c.deadlineMu.Lock()
-	c.directA, c.directCtxDone = a, done
-	kept := c.watchStop != nil && c.watchDone == done
+	rdl.deadlineMu.Lock()
+	rdl.directA, rdl.directCtxDone = a, done
+	kept := rdl.watchStop != nil && rdl.watchDone == done
 	var old func() bool
 	if !kept {
-		old, c.watchStop, c.watchDone = c.watchStop, nil, nil
+		old, rdl.watchStop, rdl.watchDone = rdl.watchStop, nil, nil
 	}
-	keep := done == c.lastDone
-	gone := c.watchGone
-	c.deadlineMu.Unlock()
+	keep := done == rdl.lastDone
+	gone := rdl.watchGone
+	rdl.deadlineMu.Unlock()
 	if kept {
 		// The watch fires once, when done closes: if it closed before a
 		// was pointed at, the watch is spent.
 		select {
 		case <-done:
-			c.cancelDirect()
+			rdl.cancelDirect()
 		default:
 		}
 		return
@@ -138,14 +138,14 @@ func (rdl *readDeadline) startDirect(a *attempt) {
 	// own (newPconn): a closure per watch would cost an allocation per
 	// request whose context is its own (a Client.Timeout).
 	stop := context.AfterFunc(ctx, c.onCancel)
-	c.deadlineMu.Lock()
-	if c.watchGone {
-		c.deadlineMu.Unlock()
+	rdl.deadlineMu.Lock()
+	if rdl.watchGone {
+		rdl.deadlineMu.Unlock()
 		stop()
 		return
 	}
-	c.watchDone, c.watchStop, c.watchKeep = done, stop, keep
-	c.deadlineMu.Unlock()
+	rdl.watchDone, rdl.watchStop, rdl.watchKeep = done, stop, keep
+	rdl.deadlineMu.Unlock()
 }
 
 // cancelDirect interrupts the direct read under way if its context was
@@ -154,23 +154,22 @@ func (rdl *readDeadline) startDirect(a *attempt) {
 // read's own context alive and does nothing.
 func (rdl *readDeadline) cancelDirect() {
 	c := rdl.c
-	c.deadlineMu.Lock()
-	if c.directA != nil {
+	rdl.deadlineMu.Lock()
+	if rdl.directA != nil {
 		select {
-		case <-c.directCtxDone:
-			c.directCancelled = true
+		case <-rdl.directCtxDone:
+			rdl.directCancelled = true
 			c.conn.SetReadDeadline(aLongTimeAgo)
 		default:
 		}
 	}
-	c.deadlineMu.Unlock()
+	rdl.deadlineMu.Unlock()
 }
 
 func (rdl *readDeadline) directWasCancelled() bool {
-	c := rdl.c
-	c.deadlineMu.Lock()
-	defer c.deadlineMu.Unlock()
-	return c.directCancelled
+	rdl.deadlineMu.Lock()
+	defer rdl.deadlineMu.Unlock()
+	return rdl.directCancelled
 }
 
 // endDirectWatch ends the context watch of a direct read (stopping it
@@ -183,21 +182,21 @@ func (rdl *readDeadline) endDirectWatch() {
 	}
 	c.directWatched = false
 	var stop func() bool
-	c.deadlineMu.Lock()
-	c.directA, c.directCtxDone = nil, nil
-	if !c.watchKeep && c.watchStop != nil {
-		stop, c.lastDone = c.watchStop, c.watchDone
-		c.watchStop, c.watchDone = nil, nil
+	rdl.deadlineMu.Lock()
+	rdl.directA, rdl.directCtxDone = nil, nil
+	if !rdl.watchKeep && rdl.watchStop != nil {
+		stop, rdl.lastDone = rdl.watchStop, rdl.watchDone
+		rdl.watchStop, rdl.watchDone = nil, nil
 	}
-	if c.directCancelled {
-		c.directCancelled = false
+	if rdl.directCancelled {
+		rdl.directCancelled = false
 		var d time.Time // the header deadline of the new head, if armed
-		if c.armed != nil {
-			d = c.armedUntil
+		if rdl.armed != nil {
+			d = rdl.armedUntil
 		}
 		c.conn.SetReadDeadline(d)
 	}
-	c.deadlineMu.Unlock()
+	rdl.deadlineMu.Unlock()
 	if stop != nil {
 		stop()
 	}
@@ -207,12 +206,11 @@ func (rdl *readDeadline) endDirectWatch() {
 // (the reader goroutine's end), so that a long-lived context does not hold
 // the connection, and lets no new watch start.
 func (rdl *readDeadline) endWatch() {
-	c := rdl.c
-	c.deadlineMu.Lock()
-	c.watchGone = true
-	stop := c.watchStop
-	c.watchStop, c.watchDone, c.lastDone = nil, nil, nil
-	c.deadlineMu.Unlock()
+	rdl.deadlineMu.Lock()
+	rdl.watchGone = true
+	stop := rdl.watchStop
+	rdl.watchStop, rdl.watchDone, rdl.lastDone = nil, nil, nil
+	rdl.deadlineMu.Unlock()
 	if stop != nil {
 		stop()
 	}

@@ -96,7 +96,7 @@ type pendingBody struct {
 // need the reader goroutine anyway).
 func (rr *connReader) restfulLocked() bool {
 	c := rr.c
-	return c.canDirect && !c.noWrite && !c.dead && c.recentBehind == 0 && c.rd.Load() != rdGone
+	return rr.canDirect && !c.noWrite && !c.dead && c.recentBehind == 0 && rr.rd.Load() != rdGone
 }
 
 // rest is the reader goroutine's wait while the connection rests. It
@@ -107,25 +107,25 @@ func (rr *connReader) restfulLocked() bool {
 func (rr *connReader) rest() (*pendingBody, error) {
 	c := rr.c
 	c.mu.Lock()
-	switch c.rd.Load() {
+	switch rr.rd.Load() {
 	case rdGone:
 		c.mu.Unlock()
 		return nil, errUpgraded
 	case rdReader:
-		if len(c.fifo) > 0 || c.pending != nil || !c.restfulLocked() || c.br.Buffered() > 0 {
-			p := c.pending
-			c.pending = nil
+		if len(c.fifo) > 0 || rr.pending != nil || !rr.restfulLocked() || rr.br.Buffered() > 0 {
+			p := rr.pending
+			rr.pending = nil
 			c.mu.Unlock()
 			return p, nil
 		}
-		c.rd.Store(rdFree)
+		rr.rd.Store(rdFree)
 		c.mu.Unlock()
-		c.armRest()
+		rr.armRest()
 	case rdFree:
 		// A new connection starts at rest (newPconn): its first request
 		// may be read by its caller too.
 		c.mu.Unlock()
-		c.armRest()
+		rr.armRest()
 	default:
 		// A caller claimed the new connection before its reader began.
 		c.mu.Unlock()
@@ -133,20 +133,20 @@ func (rr *connReader) rest() (*pendingBody, error) {
 	for {
 		var watch bool
 		select {
-		case <-c.wake:
-		case <-c.restT.C:
+		case <-rr.wake:
+		case <-rr.restT.C:
 			watch = true
 		case <-c.closed:
 			return nil, net.ErrClosed // closed by fail, whose cause stands
 		}
 		c.mu.Lock()
-		if watch && c.rd.Load() == rdFree {
-			c.rd.Store(rdReader)
+		if watch && rr.rd.Load() == rdFree {
+			rr.rd.Store(rdReader)
 		}
-		rd := c.rd.Load()
-		p := c.pending
+		rd := rr.rd.Load()
+		p := rr.pending
 		if rd == rdReader {
-			c.pending = nil
+			rr.pending = nil
 		}
 		c.mu.Unlock()
 		switch rd {
@@ -163,7 +163,7 @@ func (rr *connReader) rest() (*pendingBody, error) {
 // armRest starts (or restarts) the rest's end.
 func (rr *connReader) armRest() {
 	c := rr.c
-	c.restT.Reset(c.t.restWatch)
+	rr.restT.Reset(c.t.restWatch)
 }
 
 // claimDirect gives a's caller the read turn if the connection rests, has
@@ -172,12 +172,12 @@ func (rr *connReader) armRest() {
 // be found quiet before a is written on it.
 func (rr *connReader) claimDirect(a *attempt) bool {
 	c := rr.c
-	if !c.canDirect || a.continueCh != nil || a.r.upgrade {
+	if !rr.canDirect || a.continueCh != nil || a.r.upgrade {
 		// A request that waits for 100 Continue needs the reader while it
 		// writes; one that may upgrade leaves the pool with its reader.
 		return false
 	}
-	if c.rd.Load() != rdFree {
+	if rr.rd.Load() != rdFree {
 		return false // no lock for the busy connections of a pipeline
 	}
 	if c.placed.Load() > 1 {
@@ -188,10 +188,10 @@ func (rr *connReader) claimDirect(a *attempt) bool {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.rd.Load() != rdFree || len(c.fifo) > 0 || c.dead || c.noWrite {
+	if rr.rd.Load() != rdFree || len(c.fifo) > 0 || c.dead || c.noWrite {
 		return false
 	}
-	c.rd.Store(rdDirect)
+	rr.rd.Store(rdDirect)
 	return true
 }
 
@@ -201,10 +201,10 @@ func (rr *connReader) quietBuffered() bool {
 	c := rr.c
 	// RFC 9112 §9.2: bytes with no request outstanding are not a
 	// response. Those that came with the last response are in br.
-	if c.br.Buffered() > 0 {
+	if rr.br.Buffered() > 0 {
 		return false
 	}
-	if _, ok := c.conn.(*tls.Conn); ok && !c.tlsQuiet() {
+	if _, ok := c.conn.(*tls.Conn); ok && !rr.tlsQuiet() {
 		return false
 	}
 	return true
@@ -242,7 +242,7 @@ func (rr *connReader) tlsQuiet() bool {
 	c.deadlineMu.Lock()
 	defer c.deadlineMu.Unlock()
 	c.conn.SetReadDeadline(aLongTimeAgo)
-	_, err := c.br.Peek(1)
+	_, err := rr.br.Peek(1)
 	c.conn.SetReadDeadline(time.Time{}) // nothing in flight: no header timer is armed
 	return isTimeout(err)
 }
@@ -254,25 +254,24 @@ func (rr *connReader) handBack(to readTurn) {
 	c := rr.c
 	// Bytes already buffered with nothing in flight are the reader
 	// goroutine's to judge at once (RFC 9112 §9.2), not after a rest.
-	buffered := to == rdFree && c.br.Buffered() > 0
+	buffered := to == rdFree && rr.br.Buffered() > 0
 	c.mu.Lock()
-	if to == rdFree && (buffered || len(c.fifo) > 0 || c.pending != nil || !c.restfulLocked()) {
+	if to == rdFree && (buffered || len(c.fifo) > 0 || rr.pending != nil || !rr.restfulLocked()) {
 		to = rdReader
 	}
-	c.rd.Store(to)
+	rr.rd.Store(to)
 	c.mu.Unlock()
 	if to == rdFree {
-		c.armRest()
+		rr.armRest()
 		return
 	}
-	c.wakeReader()
+	rr.wakeReader()
 }
 
 // wakeReader tells the reader goroutine that rd may have changed.
 func (rr *connReader) wakeReader() {
-	c := rr.c
 	select {
-	case c.wake <- struct{}{}:
+	case rr.wake <- struct{}{}:
 	default: // a wake is already pending; the reader reads rd
 	}
 }
@@ -290,20 +289,20 @@ func (rr *connReader) readDirect(a *attempt) {
 	if c.head() != a {
 		// The connection failed while the request was written: its
 		// outcome is delivered already.
-		c.directing.Store(nil)
+		rr.directing.Store(nil)
 		c.endDirectWatch()
-		c.handBack(rdReader)
+		rr.handBack(rdReader)
 		return
 	}
-	_, err := c.br.Peek(1)
+	_, err := rr.br.Peek(1)
 	if err != nil && c.directWasCancelled() {
-		c.directing.Store(nil)
+		rr.directing.Store(nil)
 		c.endDirectWatch()
-		c.handBack(rdReader)
+		rr.handBack(rdReader)
 		return
 	}
-	err = c.readOne(a, err, true)
-	if !c.directing.CompareAndSwap(a, nil) {
+	err = rr.readOne(a, err, true)
+	if !rr.directing.CompareAndSwap(a, nil) {
 		// Read in full: finishResponse handed the turn on (directDone)
 		// before the pool could give the connection to a waiter.
 		return
@@ -312,11 +311,11 @@ func (rr *connReader) readDirect(a *attempt) {
 	c.endDirectWatch()
 	switch {
 	case err == nil:
-		c.handBack(rdFree)
+		rr.handBack(rdFree)
 	case err == errHandOver:
-		c.handBack(rdReader)
+		rr.handBack(rdReader)
 	case err == errUpgraded:
-		c.handBack(rdGone)
+		rr.handBack(rdGone)
 	default:
 		if cancelled && err != errConnClosing {
 			err = context.Cause(ctx)
@@ -334,10 +333,10 @@ func (rr *connReader) readDirect(a *attempt) {
 // goroutine's responses. It reports whether it passed the turn on.
 func (rr *connReader) directDone(a *attempt) bool {
 	c := rr.c
-	if c.directing.Load() != a || !c.directing.CompareAndSwap(a, nil) {
+	if rr.directing.Load() != a || !rr.directing.CompareAndSwap(a, nil) {
 		return false
 	}
 	c.endDirectWatch()
-	c.handBack(rdFree)
+	rr.handBack(rdFree)
 	return true
 }

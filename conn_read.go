@@ -75,7 +75,7 @@ type connReader struct {
 func (rr *connReader) readLoop() {
 	c := rr.c
 	defer c.t.wg.Done()
-	err := c.readResponses()
+	err := rr.readResponses()
 	c.endWatch()
 	if err == errUpgraded {
 		return // detached: its caller owns the connection
@@ -92,9 +92,9 @@ func (rr *connReader) readResponses() error {
 		// A reader that holds the turn with bytes buffered reads on: the
 		// pipeline's common case, with no lock taken.
 		var p *pendingBody
-		if c.canDirect && !(held && c.br.Buffered() > 0) {
+		if rr.canDirect && !(held && rr.br.Buffered() > 0) {
 			var err error
-			if p, err = c.rest(); err != nil {
+			if p, err = rr.rest(); err != nil {
 				return err
 			}
 			held = true
@@ -103,9 +103,9 @@ func (rr *connReader) readResponses() error {
 			// A direct reader read this head and left the body to us.
 			var err error
 			if p.got != nil { // its start read already (readNow)
-				err = c.readBodyFrom(p.a, p.resp, p.f, p.closing, p.got, p.n)
+				err = rr.readBodyFrom(p.a, p.resp, p.f, p.closing, p.got, p.n)
 			} else { // a whole body may have come since
-				err = c.readBody(p.a, p.resp, p.f, p.closing, false)
+				err = rr.readBody(p.a, p.resp, p.f, p.closing, false)
 			}
 			if err != nil {
 				return err
@@ -115,7 +115,7 @@ func (rr *connReader) readResponses() error {
 			}
 			continue
 		}
-		_, err := c.br.Peek(1)
+		_, err := rr.br.Peek(1)
 		a := c.head()
 		if a == nil {
 			if err != nil {
@@ -125,7 +125,7 @@ func (rr *connReader) readResponses() error {
 			// treated as a response.
 			return ErrUnsolicitedResponse
 		}
-		if err := c.readOne(a, err, false); err != nil {
+		if err := rr.readOne(a, err, false); err != nil {
 			return err
 		}
 	}
@@ -147,7 +147,7 @@ func (rr *connReader) readOne(a *attempt, peekErr error, direct bool) error {
 	if t := a.r.trace; t != nil && t.GotFirstResponseByte != nil && a.state.Load() == attemptWaiting {
 		c.hooked(t.GotFirstResponseByte)
 	}
-	resp, f, err := readResponseHead(c.br, a.r.method, c.t.opts.MaxResponseHeaderBytes, c.interimHook(a))
+	resp, f, err := readResponseHead(rr.br, a.r.method, c.t.opts.MaxResponseHeaderBytes, rr.interimHook(a))
 	armed := c.disarm(a)
 	c.holStop()
 	if err != nil {
@@ -165,15 +165,15 @@ func (rr *connReader) readOne(a *attempt, peekErr error, direct bool) error {
 	// ahead and then leaves it, unanswered until more bytes come: an answer
 	// to a request sent together with the one ahead, before anything sent
 	// after it, is one such a server does not give (probeLocked).
-	a.proves = a.together && c.nr.seenWrote <= a.wireEnd.Load()
+	a.proves = a.together && rr.nr.seenWrote <= a.wireEnd.Load()
 	behind, sentAt, headAt := a.behind, a.sentAt, a.headAt
 	c.mu.Unlock()
 	if headAt != 0 {
 		now := monoNow()
 		a.headWait = max(time.Duration(now-headAt), 1)
-		if behind && sentAt != 0 && c.prevEnd != 0 {
-			a.gap, a.timed = time.Duration(now-c.prevEnd), true
-			a.shadow = time.Duration(c.prevEnd - sentAt)
+		if behind && sentAt != 0 && rr.prevEnd != 0 {
+			a.gap, a.timed = time.Duration(now-rr.prevEnd), true
+			a.shadow = time.Duration(rr.prevEnd - sentAt)
 		}
 	}
 	if _, ok := resp.Header["Keep-Alive"]; ok {
@@ -198,8 +198,8 @@ func (rr *connReader) readOne(a *attempt, peekErr error, direct bool) error {
 		c.resendBehind(true)
 	}
 	if switched {
-		resp.Body = &upgradeBody{br: c.br, conn: c.conn}
-		c.popHead()
+		resp.Body = &upgradeBody{br: rr.br, conn: c.conn}
+		rr.popHead()
 		// Out of the pool before the caller has it: the connection
 		// is the caller's now.
 		c.detach()
@@ -208,7 +208,7 @@ func (rr *connReader) readOne(a *attempt, peekErr error, direct bool) error {
 		}
 		return errUpgraded
 	}
-	if err := c.readBody(a, resp, f, closing, direct); err != nil {
+	if err := rr.readBody(a, resp, f, closing, direct); err != nil {
 		return err
 	}
 	if closing {
@@ -235,16 +235,16 @@ func (rr *connReader) readBody(a *attempt, resp *http.Response, f framing, closi
 	if f.kind == bodyNone {
 		resp.Body = http.NoBody
 		a.noBody = true
-		c.finishResponse(a, closing, true)
+		rr.finishResponse(a, closing, true)
 		a.deliver(result{resp: resp})
 		return nil
 	}
 	var got *[]byte // the body's first n bytes, read by a direct reader
 	var n int
 	if f.kind == bodyLength && f.n <= maxBufferedBody {
-		whole := f.n <= int64(c.br.Buffered())
-		if !whole && direct && f.n <= maxReadAhead && c.readsNow {
-			got, n = c.readNow(int(f.n))
+		whole := f.n <= int64(rr.br.Buffered())
+		if !whole && direct && f.n <= maxReadAhead && rr.readsNow {
+			got, n = rr.readNow(int(f.n))
 			whole = n == int(f.n)
 		}
 		if whole {
@@ -252,12 +252,12 @@ func (rr *connReader) readBody(a *attempt, resp *http.Response, f framing, closi
 			// counted so) by the time the caller sees its response.
 			if got == nil {
 				got = getBodyBuf(int(f.n))
-				n, _ = io.ReadFull(c.br, (*got)[:f.n])
+				n, _ = io.ReadFull(rr.br, (*got)[:f.n])
 			}
 			b := newBody(a.r.ctx, resp, got)
 			b.w, b.end = n, true
 			resp.Body = b
-			c.finishResponse(a, closing, true)
+			rr.finishResponse(a, closing, true)
 			a.deliver(result{resp: resp})
 			return nil
 		}
@@ -266,12 +266,12 @@ func (rr *connReader) readBody(a *attempt, resp *http.Response, f framing, closi
 		// The rest of the body is the reader goroutine's to read: the
 		// caller returns with the headers, as from any other response.
 		c.mu.Lock()
-		c.pending = &pendingBody{a: a, resp: resp, f: f, closing: closing, got: got, n: n}
+		rr.pending = &pendingBody{a: a, resp: resp, f: f, closing: closing, got: got, n: n}
 		c.mu.Unlock()
 		c.t.handOvers.Add(1)
 		return errHandOver
 	}
-	return c.readBodyFrom(a, resp, f, closing, nil, 0)
+	return rr.readBodyFrom(a, resp, f, closing, nil, 0)
 }
 
 // readNow reads a body of known length up to maxReadAhead as far as it has
@@ -282,18 +282,17 @@ func (rr *connReader) readBody(a *attempt, resp *http.Response, f framing, closi
 // against 18.7 at 128 B). It returns the body's buffer and the bytes in
 // it.
 func (rr *connReader) readNow(size int) (*[]byte, int) {
-	c := rr.c
 	buf := getBodyBuf(size)
 	b := (*buf)[:size]
-	n, _ := io.ReadFull(c.br, b[:c.br.Buffered()])
+	n, _ := io.ReadFull(rr.br, b[:rr.br.Buffered()])
 	for n < size {
-		m := c.peek.readNow(b[n:])
+		m := rr.peek.readNow(b[n:])
 		if m == 0 {
 			break
 		}
 		n += m
-		if c.nr.ack != nil {
-			c.nr.unacked.Store(true) // as netReader.read notes bytes received
+		if rr.nr.ack != nil {
+			rr.nr.unacked.Store(true) // as netReader.read notes bytes received
 		}
 	}
 	return buf, n
@@ -303,7 +302,7 @@ func (rr *connReader) readNow(size int) (*[]byte, int) {
 // buffer as it arrives, the first n bytes of which may be in got already.
 func (rr *connReader) readBodyFrom(a *attempt, resp *http.Response, f framing, closing bool, got *[]byte, n int) error {
 	c := rr.c
-	s, size := c.bodyFraming(a, resp, f, n)
+	s, size := rr.bodyFraming(a, resp, f, n)
 	open, tentative, cr := s.open, s.tentative, s.cr
 	// A tentative body may be a stream: the pool counts it as an answer
 	// at its end, unless the host's chunked answers proved bounded
@@ -318,7 +317,7 @@ func (rr *connReader) readBodyFrom(a *attempt, resp *http.Response, f framing, c
 		b.limit = maxBufferedBody // not yet seen by anyone else
 	}
 	b.gone = c.closed
-	c.filling.Store(b) // before the caller may hold it unread
+	rr.filling.Store(b) // before the caller may hold it unread
 	resp.Body = b
 	held := a.deliver(result{resp: resp})
 	if !held {
@@ -330,7 +329,7 @@ func (rr *connReader) readBodyFrom(a *attempt, resp *http.Response, f framing, c
 		start = monoNow()
 	}
 	err := s.pump()
-	c.filling.Store(nil)
+	rr.filling.Store(nil)
 	s.stop()
 	if a.toStream && time.Duration(monoNow()-start) < c.drainWait() {
 		// Read in full sooner than a request behind it would have
@@ -340,7 +339,7 @@ func (rr *connReader) readBodyFrom(a *attempt, resp *http.Response, f framing, c
 	}
 	if tentative {
 		a.chunkedLen = s.got.Load()
-		c.chunkHint = int(min(a.chunkedLen, maxBufferedBody))
+		rr.chunkHint = int(min(a.chunkedLen, maxBufferedBody))
 	}
 	if err != nil {
 		if cause := c.closedBy(); cause != nil {
@@ -352,7 +351,7 @@ func (rr *connReader) readBodyFrom(a *attempt, resp *http.Response, f framing, c
 		b.finish(err, nil)
 		return err
 	}
-	c.finishResponse(a, closing, false)
+	rr.finishResponse(a, closing, false)
 	var trailer http.Header
 	if cr != nil {
 		trailer = cr.trailer
@@ -369,7 +368,7 @@ func (rr *connReader) readBodyFrom(a *attempt, resp *http.Response, f framing, c
 func (rr *connReader) bodyFraming(a *attempt, resp *http.Response, f framing, n int) (s *bodyStream, size int) {
 	c := rr.c
 	var (
-		src io.Reader = c.br
+		src io.Reader = rr.br
 		lr  *io.LimitedReader
 		cr  *chunkedReader
 		// open: the end is not in sight (a large or open-ended body):
@@ -385,7 +384,7 @@ func (rr *connReader) bodyFraming(a *attempt, resp *http.Response, f framing, n 
 	size = 4 << 10
 	switch f.kind {
 	case bodyLength:
-		lr = &io.LimitedReader{R: c.br, N: f.n - int64(n)}
+		lr = &io.LimitedReader{R: rr.br, N: f.n - int64(n)}
 		src = lr
 		open = f.n > maxBufferedBody
 		size = int(f.n)
@@ -393,8 +392,8 @@ func (rr *connReader) bodyFraming(a *attempt, resp *http.Response, f framing, n 
 			size = maxReadAhead
 		}
 	case bodyChunked:
-		cr = newChunkedReader(c.br, c.t.opts.MaxResponseHeaderBytes)
-		cr.raw = &c.nr
+		cr = newChunkedReader(rr.br, c.t.opts.MaxResponseHeaderBytes)
+		cr.raw = &rr.nr
 		src = cr
 		if ct := resp.Header["Content-Type"]; a.toStream || len(ct) > 0 && isEventStream(ct[0]) {
 			// Server-sent events, or an answer on a path whose answers
@@ -403,7 +402,7 @@ func (rr *connReader) bodyFraming(a *attempt, resp *http.Response, f framing, n 
 			a.events = true
 			break
 		}
-		size = max(size, c.chunkHint)
+		size = max(size, rr.chunkHint)
 		open, tentative = false, true
 		a.tentative = true // before the pool hears of the head
 	}
@@ -460,11 +459,11 @@ func (rr *connReader) finishResponse(a *attempt, closing, headers bool) {
 			c.stopWriting()
 		}
 	}
-	c.popHead()
+	rr.popHead()
 	// The hooks that follow (ConnIdle, ConnClosed of connections over
 	// MaxIdleConns, PutIdleConn) run with the read turn held unless a
 	// direct read passed it on: the connection is held meanwhile.
-	hold := !closing && !c.directDone(a) && c.hooksAtDone(a)
+	hold := !closing && !rr.directDone(a) && rr.hooksAtDone(a)
 	put := c.ev.responseDone(c, a, closing, headers, hold)
 	c.putIdleTrace(a, put)
 	if hold {
@@ -509,9 +508,9 @@ func (rr *connReader) popHead() {
 	}
 	c.mu.Unlock()
 	if next != nil {
-		c.prevEnd = 0
+		rr.prevEnd = 0
 		if next.behind && next.sentAt != 0 { // read after mu: written under it
-			c.prevEnd = now
+			rr.prevEnd = now
 		}
 		c.armHeaderTimeout(next)
 	}

@@ -76,8 +76,8 @@ func smallBody(r *request) bool {
 func (wr *connWriter) send(a *attempt) error {
 	c := wr.c
 	r := a.r
-	if err := c.takeWriteToken(r.ctx); err != nil {
-		return c.tokenError(err)
+	if err := wr.takeWriteToken(r.ctx); err != nil {
+		return wr.tokenError(err)
 	}
 	body, err := r.body()
 	var h wireHead
@@ -93,30 +93,30 @@ func (wr *connWriter) send(a *attempt) error {
 	if err != nil {
 		// Nothing of the request was written: c goes on as it was. An
 		// earlier writer may have left its request for this one to flush.
-		<-c.writeLock
-		c.flushLeftovers()
+		<-wr.writeLock
+		wr.flushLeftovers()
 		if refused {
 			traceRefused(r, &h, err)
 		}
 		return err
 	}
 	inline := inlineBody(r, body)
-	direct, held := c.claimReader(a, body, inline)
+	direct, held := wr.claimReader(a, body, inline)
 	if !c.enqueue(a, direct) {
-		c.giveBack(r, body, direct)
+		wr.giveBack(r, body, direct)
 		return errNotWritten
 	}
 	if !inline {
 		// Full duplex: the response may come (and be returned) while the
 		// body is still being written, as with net/http.
 		a.writeDone = make(chan struct{})
-		go c.write(a, h, body, false)
+		go wr.write(a, h, body, false)
 		return nil
 	}
 	if held {
-		return c.writeHeld(a, &h, body)
+		return wr.writeHeld(a, &h, body)
 	}
-	c.write(a, h, body, direct)
+	wr.write(a, h, body, direct)
 	if direct {
 		c.startDirect(a)
 		c.readDirect(a)
@@ -129,11 +129,10 @@ func (wr *connWriter) send(a *attempt) error {
 // cause. An earlier writer may then have left its request unflushed for
 // the one that gave up: it is flushed in the background.
 func (wr *connWriter) tokenError(err error) error {
-	c := wr.c
 	if err == net.ErrClosed {
 		return errNotWritten
 	}
-	go c.flushLeftovers()
+	go wr.flushLeftovers()
 	return err
 }
 
@@ -158,7 +157,7 @@ func (wr *connWriter) claimReader(a *attempt, body io.ReadCloser, inline bool) (
 	// and the wait for its answer (writeHeld) is looked at there; here,
 	// only what is already read is.
 	tells := direct && c.socketTells()
-	held = tells && c.mayHold(a, body)
+	held = tells && wr.mayHold(a, body)
 	spoke := held && !c.quietBuffered()
 	if direct && !held {
 		switch {
@@ -188,7 +187,7 @@ func (wr *connWriter) giveBack(r *request, body io.ReadCloser, direct bool) {
 	if direct {
 		c.handBack(rdReader)
 	}
-	<-c.writeLock
+	<-wr.writeLock
 	if body != nil {
 		if r.req.GetBody != nil {
 			body.Close() // the next attempt gets a fresh copy
@@ -203,27 +202,27 @@ func (wr *connWriter) giveBack(r *request, body io.ReadCloser, direct bool) {
 // once the request is written.
 func (wr *connWriter) write(a *attempt, h wireHead, body io.ReadCloser, direct bool) {
 	c := wr.c
-	stop, cancelled, deadline := c.watchWrite(a.r, body)
+	stop, cancelled, deadline := wr.watchWrite(a.r, body)
 	tunnel, body := tunnelBody(a.r, body)
-	werr, deferFlush := c.writeOut(a, &h, body, tunnel != nil)
+	werr, deferFlush := wr.writeOut(a, &h, body, tunnel != nil)
 	if deadline {
 		c.conn.SetWriteDeadline(time.Time{})
 	}
-	<-c.writeLock
+	<-wr.writeLock
 	if werr == nil && deferFlush {
-		werr = c.flushSoon()
+		werr = wr.flushSoon()
 	}
-	c.stopWriteWatch(stop, cancelled, werr)
+	wr.stopWriteWatch(stop, cancelled, werr)
 	a.written.Store(werr == nil)
 	if a.writeDone != nil {
 		close(a.writeDone)
 	}
 	if werr != nil {
-		c.writeFailed(a, werr, tunnel)
+		wr.writeFailed(a, werr, tunnel)
 		return
 	}
 	if tunnel != nil {
-		go c.copyTunnel(tunnel)
+		go wr.copyTunnel(tunnel)
 	}
 	c.observeWritten(a, direct)
 	c.armHeaderTimeout(a)
@@ -245,10 +244,10 @@ func (wr *connWriter) watchWrite(r *request, body io.ReadCloser) (stop func() bo
 	if body != nil && !smallBody(r) || r.method == http.MethodConnect {
 		flag := new(bool)
 		return context.AfterFunc(r.ctx, func() {
-			c.wdMu.Lock()
+			wr.wdMu.Lock()
 			*flag = true
 			c.conn.SetWriteDeadline(aLongTimeAgo)
-			c.wdMu.Unlock()
+			wr.wdMu.Unlock()
 		}), flag, false
 	}
 	if dl, ok := r.ctx.Deadline(); ok {
@@ -271,11 +270,11 @@ func (wr *connWriter) watchWrite(r *request, body io.ReadCloser) (stop func() bo
 func (wr *connWriter) stopWriteWatch(stop func() bool, cancelled *bool, werr error) {
 	c := wr.c
 	if !stop() {
-		c.wdMu.Lock()
+		wr.wdMu.Lock()
 		if *cancelled && werr == nil {
 			c.conn.SetWriteDeadline(time.Time{})
 		}
-		c.wdMu.Unlock()
+		wr.wdMu.Unlock()
 	}
 }
 
@@ -305,9 +304,9 @@ func (wr *connWriter) writeOut(a *attempt, h *wireHead, body io.ReadCloser, tunn
 	if hold {
 		c.ev.hold(c, true)
 	}
-	werr = writeRequest(c.bw, &c.lw, r, h, body, c.waitForContinue(a))
+	werr = writeRequest(wr.bw, &wr.lw, r, h, body, wr.waitForContinue(a))
 	if a.together {
-		a.wireEnd.Store(c.wc.written() + int64(c.bw.Buffered()))
+		a.wireEnd.Store(wr.wc.written() + int64(wr.bw.Buffered()))
 	}
 	if t := r.trace; t != nil && t.WroteRequest != nil {
 		// As net/http: once written to the buffer, before the flush, so
@@ -321,9 +320,9 @@ func (wr *connWriter) writeOut(a *attempt, h *wireHead, body io.ReadCloser, tunn
 	// queue up behind one another (see flushSoon); others at once.
 	// A connection that is not pipelining has nothing to coalesce: flush
 	// now, under the token already held.
-	deferFlush = r.pipelineable && !a.alone && !tunnel && c.t.depth > 1 && c.pipelining()
+	deferFlush = r.pipelineable && !a.alone && !tunnel && c.t.depth > 1 && wr.pipelining()
 	if werr == nil && !deferFlush {
-		werr = c.bw.Flush()
+		werr = wr.bw.Flush()
 	}
 	return werr, deferFlush
 }
@@ -378,12 +377,11 @@ func (wr *connWriter) copyTunnel(body io.ReadCloser) {
 // connection is pipelining (pipelining): one that carries one request at a
 // time has nothing to coalesce, and its writer flushes at once.
 func (wr *connWriter) flushSoon() error {
-	c := wr.c
-	if c.pendingWriters.Load() > 0 {
+	if wr.pendingWriters.Load() > 0 {
 		return nil
 	}
 	runtime.Gosched()
-	return c.flushBuffered()
+	return wr.flushBuffered()
 }
 
 // pipelining reports whether requests share c at the moment, or did among
@@ -404,7 +402,7 @@ func (wr *connWriter) flushLeftovers() {
 	c := wr.c
 	// A flush on a closed connection (its token free, so taken without a
 	// look at c.closed) fails with net.ErrClosed wrapped: not a new cause.
-	if err := c.flushBuffered(); err != nil && !errors.Is(err, net.ErrClosed) {
+	if err := wr.flushBuffered(); err != nil && !errors.Is(err, net.ErrClosed) {
 		c.fail(err)
 	}
 }
@@ -413,15 +411,14 @@ func (wr *connWriter) flushLeftovers() {
 // counts as a pending writer while it waits, so that writers finishing
 // meanwhile leave their flush to it.
 func (wr *connWriter) flushBuffered() error {
-	c := wr.c
-	if err := c.takeWriteToken(context.Background()); err != nil {
+	if err := wr.takeWriteToken(context.Background()); err != nil {
 		return err
 	}
 	var err error
-	if c.bw.Buffered() > 0 {
-		err = c.bw.Flush()
+	if wr.bw.Buffered() > 0 {
+		err = wr.bw.Flush()
 	}
-	<-c.writeLock
+	<-wr.writeLock
 	return err
 }
 
@@ -433,14 +430,14 @@ func (wr *connWriter) flushBuffered() error {
 func (wr *connWriter) takeWriteToken(ctx context.Context) error {
 	c := wr.c
 	select {
-	case c.writeLock <- struct{}{}:
+	case wr.writeLock <- struct{}{}:
 		return nil
 	default:
 	}
-	c.pendingWriters.Add(1)
-	defer c.pendingWriters.Add(-1)
+	wr.pendingWriters.Add(1)
+	defer wr.pendingWriters.Add(-1)
 	select {
-	case c.writeLock <- struct{}{}:
+	case wr.writeLock <- struct{}{}:
 		return nil
 	case <-c.closed:
 		return net.ErrClosed

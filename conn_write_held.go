@@ -50,17 +50,17 @@ func (wr *connWriter) writeHeld(a *attempt, h *wireHead, body io.ReadCloser) err
 	c := wr.c
 	r := a.r
 	c.startDirect(a) // the context's watch covers the wait
-	c.heldDeadline = false
+	wr.heldDeadline = false
 	if dl, ok := r.ctx.Deadline(); ok {
 		// As write: a request head with a small body fits in the socket
 		// buffer; the context's deadline bounds the write.
 		c.conn.SetWriteDeadline(dl)
-		c.heldDeadline = true
+		wr.heldDeadline = true
 	}
-	c.wc.mu.Lock()
-	c.wc.hold = true
-	c.wc.mu.Unlock()
-	werr := writeRequest(c.bw, &c.lw, r, h, body, nil)
+	wr.wc.mu.Lock()
+	wr.wc.hold = true
+	wr.wc.mu.Unlock()
+	werr := writeRequest(wr.bw, &wr.lw, r, h, body, nil)
 	quiet := true
 	if werr == nil {
 		// Written but for the flush: the header timer (a read deadline)
@@ -68,20 +68,20 @@ func (wr *connWriter) writeHeld(a *attempt, h *wireHead, body io.ReadCloser) err
 		c.armHeaderTimeout(a)
 		quiet, werr = c.peek.lookWrite()
 	} else {
-		c.dropHeld() // a partial request never reaches the socket
+		wr.dropHeld() // a partial request never reaches the socket
 	}
 	switch {
 	case werr == nil && !quiet:
 		if c.peek.sawPeer() {
 			c.peerEnded()
 		}
-		c.endHeldWrite()
-		return c.unsendHeld(a)
+		wr.endHeldWrite()
+		return wr.unsendHeld(a)
 	case werr != nil:
-		c.endHeldWrite()
-		<-c.writeLock
+		wr.endHeldWrite()
+		<-wr.writeLock
 		a.written.Store(false)
-		c.writeFailed(a, werr, nil)
+		wr.writeFailed(a, werr, nil)
 	default:
 		// Written: flushHeld released the write token, so that requests
 		// may be written behind a while it waits (their answers are the
@@ -96,16 +96,15 @@ func (wr *connWriter) writeHeld(a *attempt, h *wireHead, body io.ReadCloser) err
 // the look (peeker.lookWrite). Once it is written, the write token is
 // released before the wait for the answer.
 func (wr *connWriter) flushHeld() error {
-	c := wr.c
-	err := c.wc.release(true)
+	err := wr.wc.release(true)
 	if err == nil {
-		err = c.bw.Flush()
+		err = wr.bw.Flush()
 	}
 	if err != nil {
 		return err // writeHeld settles it, holding the token
 	}
-	c.endHeldWrite()
-	<-c.writeLock
+	wr.endHeldWrite()
+	<-wr.writeLock
 	return nil
 }
 
@@ -113,17 +112,16 @@ func (wr *connWriter) flushHeld() error {
 // released: it undoes the write deadline.
 func (wr *connWriter) endHeldWrite() {
 	c := wr.c
-	if c.heldDeadline {
-		c.heldDeadline = false
+	if wr.heldDeadline {
+		wr.heldDeadline = false
 		c.conn.SetWriteDeadline(time.Time{})
 	}
 }
 
 // dropHeld ends writeHeld's hold and drops what bw and wc hold.
 func (wr *connWriter) dropHeld() {
-	c := wr.c
-	c.wc.release(false)
-	c.bw.Reset(&c.wc)
+	wr.wc.release(false)
+	wr.bw.Reset(&wr.wc)
 }
 
 // unsendHeld undoes writeHeld when the socket was not quiet, or could not
@@ -133,7 +131,7 @@ func (wr *connWriter) dropHeld() {
 // has its outcome already if the connection failed meanwhile.
 func (wr *connWriter) unsendHeld(a *attempt) error {
 	c := wr.c
-	c.dropHeld()
+	wr.dropHeld()
 	c.disarm(a)
 	c.holStop()
 	c.mu.Lock()
@@ -144,7 +142,7 @@ func (wr *connWriter) unsendHeld(a *attempt) error {
 	}
 	c.mu.Unlock()
 	c.stopWriting()
-	<-c.writeLock
+	<-wr.writeLock
 	c.directing.Store(nil)
 	c.endDirectWatch()
 	c.handBack(rdReader)
