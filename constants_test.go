@@ -33,7 +33,7 @@ var fixedValues = map[string]any{
 	"connectTimeout": connectTimeout,
 	// conn_direct.go
 	"restWatch": restWatch,
-	// emptybody.go
+	// request_body_probe.go
 	"probeDelay": probeDelay,
 	// h2.go
 	"h2MaxDials":          h2MaxDials,
