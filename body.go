@@ -1,3 +1,8 @@
+// This file holds the response body (body): its buffer, filled by the
+// holder of the connection's read turn and read by the caller, under
+// body.mu, with the stream it lends the caller (source); and the pools of
+// body buffers (getBodyBuf, putBodyBuf).
+
 package pipelined
 
 import (

@@ -31,9 +31,9 @@ var fixedValues = map[string]any{
 	"ejectMax":      ejectMax,
 	// dialer.go
 	"connectTimeout": connectTimeout,
-	// direct.go
+	// conn_direct.go
 	"restWatch": restWatch,
-	// emptybody.go
+	// request_body_probe.go
 	"probeDelay": probeDelay,
 	// h2.go
 	"h2MaxDials":          h2MaxDials,
@@ -70,7 +70,7 @@ var fixedValues = map[string]any{
 	"serialDialGap": serialDialGap,
 	"farHop":        farHop,
 	"pipelineBytes": byteSize(pipelineBytes),
-	// pipeline_conn.go
+	// conn_write.go, conn_read.go (ackStall)
 	"bodyCopySize":  byteSize(bodyCopySize),
 	"ackStall":      ackStall,
 	"maxInlineBody": byteSize(maxInlineBody),

@@ -22,7 +22,7 @@ import (
 // inDirectRead reports whether the calling goroutine is a caller reading
 // its own answer (direct.go): httptrace hooks that fire while a response
 // is read run in the goroutine that reads it.
-func inDirectRead() bool { return inFrame(".(*pconn).readDirect") }
+func inDirectRead() bool { return inFrame(".(*connReader).readDirect") }
 
 // directTrace returns ctx with a trace that records in direct whether the
 // answer's first byte was read by its caller.

@@ -1,3 +1,13 @@
+// This file implements "Expect: 100-continue" (RFC 9110 §10.1.1) as
+// net/http's Transport does (Request.write, persistConn.readResponse and
+// waitForContinue): the writer flushes the request head, then waits for the
+// connection's reader to see a 100 (send the body), a final status (send the
+// body unless the connection is closing), or ExpectContinueTimeout (send the
+// body). Such requests are never pipelined (request.pipelineable), so
+// nothing waits behind the held body on the wire. The verdict passes once,
+// from the reader to the writer, through the attempt's continueCh
+// (continueOnce): no lock.
+
 package pipelined
 
 import (
@@ -6,14 +16,6 @@ import (
 	"net/http"
 	"time"
 )
-
-// This file implements "Expect: 100-continue" (RFC 9110 §10.1.1) as
-// net/http's Transport does (Request.write, persistConn.readResponse and
-// waitForContinue): the writer flushes the request head, then waits for the
-// connection's reader to see a 100 (send the body), a final status (send the
-// body unless the connection is closing), or ExpectContinueTimeout (send the
-// body). Such requests are never pipelined (request.pipelineable), so
-// nothing waits behind the held body on the wire.
 
 // signalContinue tells a's writer, if it waits for a 100, whether to send
 // the body. Only the first signal counts; it never blocks. It is called by
@@ -41,7 +43,8 @@ func (a *attempt) finalContinue(resp *http.Response) {
 // waitForContinue returns the function writeRequest calls after flushing
 // the head of a's request, or nil if a does not expect a 100. The function
 // reports whether to send the body.
-func (c *pconn) waitForContinue(a *attempt) func() bool {
+func (wr *connWriter) waitForContinue(a *attempt) func() bool {
+	c := wr.c
 	if a.continueCh == nil {
 		return nil
 	}

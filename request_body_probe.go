@@ -1,3 +1,9 @@
+// This file holds net/http's probe of a request body of unknown length
+// (probeBody: whether a body of a method that usually has none has a first
+// byte, waited for up to probeDelay) and the test for bodies read from
+// memory (inMemory). It owns no shared state: a probe's goroutine hands its
+// result over once, on a channel.
+
 package pipelined
 
 import (
