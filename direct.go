@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/pipelined/pipelined/internal/model"
 )
 
 // This file is the read turn of a connection: who reads its responses.
@@ -71,7 +73,7 @@ const (
 // seen by a watching reader, as before, and a closed socket is not kept
 // for long. It is the least wait that counts as late (lateMin): a request
 // coming sooner than that is part of the same flow of work.
-const restWatch = lateMin
+const restWatch = model.LateMin
 
 // errHandOver: a direct reader leaves the rest of a response to the reader
 // goroutine (c.pending).

@@ -206,16 +206,11 @@ func (p *hostPool) lateHead(c *pconn, a *attempt) {
 		// Only a probe whose route answered bounded and quickly before:
 		// one of a route not seen yet, or slow for its own reasons (a
 		// large paged list), would reach the server twice for nothing.
-		m := &p.model
-		ok = !m.probeCopied && !m.proven && a.follow == followKnown
-		m.probeCopied = m.probeCopied || ok
-		if ok {
-			m.spend(1) // not held back by it: the probe tells a server that drops pipelined requests
-		}
+		ok = p.model.CopyProbe(a.follow) // spends a duplicate, not held back by the budget: the probe tells a server that drops pipelined requests
 	default:
-		ok = p.model.mayDuplicate()
+		ok = p.model.MayDuplicate()
 		if ok {
-			p.model.spend(1)
+			p.model.Spend(1)
 		}
 	}
 	if ok {
@@ -288,9 +283,7 @@ func (p *hostPool) probeLost(c *pconn, a *attempt) {
 		return // answered late, or the connection ended
 	}
 	p.mu.Lock()
-	if m := &p.model; !m.proven && !m.inFallback() {
-		m.fallBack()
-	}
+	p.model.NoteStalledProbe()
 	ch := p.takeModelChangesLocked()
 	p.mu.Unlock()
 	p.observeModel(ch)
@@ -314,7 +307,7 @@ func (p *hostPool) depthLocked() int {
 		// requests untouched and are pipelined as a direct connection.
 		return 1
 	}
-	return p.model.depth(p.t.depth)
+	return p.model.Depth(p.t.depth)
 }
 
 // notePipelineFailure is called when c failed with err while unanswered
@@ -329,7 +322,7 @@ func (p *hostPool) notePipelineFailure(err error, unanswered int, headIdle, head
 		return
 	}
 	p.mu.Lock()
-	p.model.noteFailure(!headIdle && headSlow)
+	p.model.NoteFailure(!headIdle && headSlow)
 	ch := p.takeModelChangesLocked()
 	p.mu.Unlock()
 	p.observeModel(ch)

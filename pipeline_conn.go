@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pipelined/pipelined/internal/model"
 )
 
 // A pconn is one HTTP/1.1 connection carrying a pipeline of requests.
@@ -627,7 +629,7 @@ func (c *pconn) enqueue(a *attempt, direct bool) bool {
 // unseen, but written after it, waited behind the watch until
 // HeadOfLineTimeout.
 func followable(a *attempt) bool {
-	return a.r.pipelineable && !a.alone && a.follow.ok()
+	return a.r.pipelineable && !a.alone && a.follow.OK()
 }
 
 // joinLocked records what a's place on c tells the pool and the reader
@@ -1612,7 +1614,7 @@ func (s *bodyStream) onCloseLocked() (closed func()) {
 	}
 	wait := c.drainWait()
 	if a.events {
-		wait = lateMin // its end is not near; its server should learn soon
+		wait = model.LateMin // its end is not near; its server should learn soon
 	}
 	e := &earlyClose{c: c, a: a, wait: wait, held: s.held}
 	switch {
@@ -1654,7 +1656,7 @@ func (s *bodyStream) startTentative() {
 // apart over a loopback or a LAN, and about a round trip apart at worst
 // over a far link (TCP's slow start).
 func (s *bodyStream) gap() time.Duration {
-	return max(s.a.streamGap, quickWait)
+	return s.a.streamGap
 }
 
 // checkStream is the stream verdict's timer: a tentative body that

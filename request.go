@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/pipelined/pipelined/internal/model"
 )
 
 const defaultUserAgent = "Go-http-client/1.1"
@@ -43,7 +45,7 @@ type request struct {
 	pipelineable bool
 	// class is the request's route class (model.go), for a pipelineable
 	// request only.
-	class      routeClass
+	class      model.Class
 	closeAfter bool // Connection: close is sent; the connection ends with it
 	upgrade    bool // CONNECT or Upgrade: the connection may leave the pool
 	// expectContinue: the body waits for a 100 (expect.go), as net/http:
@@ -180,7 +182,7 @@ func newRequest(t *Transport, req *http.Request, key poolKey) *request {
 	// waits behind nothing, as with net/http.
 	r.pipelineable = r.safe && !upgrade && !r.closeAfter && !headNearLimits(req) && !acceptsEventStream(req.Header["Accept"])
 	if r.pipelineable {
-		r.class = classOf(req, r.method)
+		r.class = model.ClassOf(req, r.method)
 	}
 	r.expectContinue = expect && req.ProtoAtLeast(1, 1)
 	r.upgrade = upgrade
@@ -305,7 +307,7 @@ type attemptPlace struct {
 	inflightAtAssign int32 // for the Observer, set by assignLocked
 	// follow: whether requests may be written behind it, from its class
 	// (model.go); set under hostPool.mu when it is placed.
-	follow followVerdict
+	follow model.Verdict
 	// alone: written alone on its connection: a retry (RFC 9112 §9.3.2),
 	// or a request whose class streams or is late (then toStream too for
 	// a stream: a chunked answer is a stream from its head). Set before

@@ -6,6 +6,8 @@ import (
 	"net/http/httptrace"
 	"slices"
 	"time"
+
+	"github.com/pipelined/pipelined/internal/model"
 )
 
 // This file is the choice of a connection for a request, the queue of
@@ -103,15 +105,15 @@ func (q *waitQueue) remove(w *waiter) bool {
 // Left unseen, each was written alone when its turn came, however its
 // route had answered meanwhile: 16 GETs at once over one connection took
 // 16 answer times instead of 4.
-func (q *waitQueue) learned(c routeClass, v followVerdict) {
+func (q *waitQueue) learned(c model.Class, v model.Verdict) {
 	for _, w := range q.ws {
 		a := w.a
-		if a.follow != followUnseen || a.r.class != c {
+		if a.follow != model.Unseen || a.r.class != c {
 			continue
 		}
 		a.follow = v
-		if v.alone() && !a.alone {
-			a.alone, a.toStream = true, v == followStreams
+		if v.Alone() && !a.alone {
+			a.alone, a.toStream = true, v == model.Streams
 			q.solo++
 		}
 	}
@@ -166,10 +168,10 @@ func (p *hostPool) place(a *attempt) (*pconn, httptrace.GotConnInfo, error) {
 		// What its class's last answer showed (model.go): whether
 		// requests may be written behind it, and whether it is written
 		// behind nothing, with its answer a stream from its head.
-		a.follow = p.model.follow(a.r.class)
-		if a.follow.alone() {
+		a.follow = p.model.Follow(a.r.class)
+		if a.follow.Alone() {
 			a.alone = true
-			a.toStream = a.follow == followStreams
+			a.toStream = a.follow == model.Streams
 		}
 	}
 	if p.waiters.len() == 0 {
@@ -299,7 +301,7 @@ func (p *hostPool) mayStackLocked(held bool) bool {
 // stacked 4 deep on the first one up (the last first chunk after three
 // streams' time, against net/http's one).
 func (p *hostPool) stackOnLocked(depth int) *pconn {
-	if !p.model.proven {
+	if !p.model.Proven() {
 		return p.probeLocked(depth)
 	}
 	c := p.policy.pipeline(p.conns, depth)
@@ -325,7 +327,7 @@ func (p *hostPool) stackOnLocked(depth int) *pconn {
 // probe's close is a failure before proof, which sets off the depth
 // fallback (notePipelineFailure); the host is probed again after it.
 func (p *hostPool) probeLocked(depth int) *pconn {
-	if p.model.fixed {
+	if p.model.Fixed() {
 		// Learns nothing (TransportOptions.FixedPolicy): pipelined at
 		// its full depth from the start, as if proven.
 		return p.policy.pipeline(p.conns, depth)
@@ -344,7 +346,7 @@ func (p *hostPool) probeLocked(depth int) *pconn {
 // at the next dispatch (an answer, a dial's end): what it would have
 // waited behind meanwhile holds its connection.
 func (p *hostPool) dialSoonLocked() bool {
-	soon := max(margin*p.model.rtt, quickWait)
+	soon := p.model.DialSoon()
 	now := monoNow()
 	for d := range p.dials {
 		if d.replaces == nil && time.Duration(now-d.start) < soon { // a replacement's carries nobody's request
@@ -571,26 +573,6 @@ func (leastWait) drainCandidate(conns []*pconn) *pconn {
 // net/http's time; a server far away (a dial of quickWait or more),
 // nothing.
 
-// answerWait returns how long a request that could dial waits for an
-// answer (the host's first, or its burst's) from the start of that wait
-// (the host's first connection, or the burst's start), given the host's
-// dial time (0: none yet). The wait is the latency traded for
-// connections, and no more than quickWait. An answer comes a round trip
-// after its request's write at the soonest, and a dial takes about one
-// (TCP's handshake; TLS adds more): when the host's dial takes quickWait
-// or longer, no answer can come within the wait, and
-// waiting would only add to the dial that follows. A burst of 20 GETs over
-// a 50 ms round trip (20 ms answers, a Go server) took 1.6-2 times
-// net/http's time when it waited up to twice the dial time (the wait's
-// earlier rule): the answer came after 70 ms, and the rest were
-// then pipelined or dialed.
-func answerWait(dial time.Duration) time.Duration {
-	if dial >= quickWait {
-		return 0
-	}
-	return quickWait
-}
-
 // A host far away. Until a host's first connection is up, the requests
 // beyond the first wait for it: its dial time sets the wait for the first
 // answer (answerWait), and its protocol may be HTTP/2, which takes every
@@ -649,7 +631,7 @@ func (p *hostPool) startGraceLocked(took time.Duration) {
 	if p.answered || !p.graceEnd.IsZero() {
 		return
 	}
-	d := answerWait(took)
+	d := model.FirstResponseWait(took)
 	p.graceEnd = time.Now().Add(d)
 	if d > 0 {
 		p.armGraceLocked(d)
@@ -682,7 +664,7 @@ func (p *hostPool) armGraceLocked(d time.Duration) {
 // times net/http's time when pipelined four deep at once). A fast server
 // costs a burst's stacked requests one answer's time.
 func (p *hostPool) burstWaitLocked() time.Duration {
-	return answerWait(p.model.rtt)
+	return p.model.BurstWait()
 }
 
 // quietLocked reports whether no connection of p but c has a request in
@@ -717,7 +699,7 @@ func (p *hostPool) burstWaitingLocked() bool {
 // wait for its first answer is not over, or a burst waits for its first
 // answer: a request must not be pipelined while it could dial.
 func (p *hostPool) awaitsAnswerLocked() bool {
-	if p.model.fixed {
+	if p.model.Fixed() {
 		return false
 	}
 	if !p.answered {
@@ -731,7 +713,7 @@ func (p *hostPool) awaitsAnswerLocked() bool {
 // (as far as is known: a host that has not answered within its
 // first-answer wait is dialed like a serial one until it does).
 func (p *hostPool) gainsLocked() bool {
-	if p.model.fixed {
+	if p.model.Fixed() {
 		return true // learns nothing: the pipelining threshold holds
 	}
 	if !p.answered && !p.graceEnd.IsZero() && !time.Now().Before(p.graceEnd) {
@@ -740,5 +722,5 @@ func (p *hostPool) gainsLocked() bool {
 	if p.burst && time.Duration(monoNow()-p.burstStart) >= p.burstWaitLocked() {
 		return false // the burst had no answer within its wait
 	}
-	return p.model.gains()
+	return p.model.Gains()
 }
