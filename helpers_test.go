@@ -714,7 +714,7 @@ func inFrame(suffix string) bool {
 }
 
 // routeVerdict returns what tr's pool for the request's host holds about
-// the request's route class (model.go); model.Unseen if there is no pool.
+// the request's route class (internal/model); model.Unseen if there is no pool.
 func routeVerdict(tr *Transport, method, url string) model.Verdict {
 	req, err := http.NewRequest(method, url, nil)
 	if err != nil {

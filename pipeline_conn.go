@@ -624,7 +624,7 @@ func (c *pconn) enqueue(a *attempt, direct bool) bool {
 // followable reports whether requests may be written behind a before its
 // answer, as the pool places them (assignLocked): a pipelineable request
 // neither alone nor of a route not known to answer bounded and quickly
-// (model.go). Requests go out in the order they take the write token, not
+// (internal/model). Requests go out in the order they take the write token, not
 // that of their places: one placed before a restarted watch, its route
 // unseen, but written after it, waited behind the watch until
 // HeadOfLineTimeout.
@@ -650,7 +650,7 @@ func (c *pconn) joinLocked(a *attempt) {
 	}
 	now := monoNow()
 	if a.behind {
-		// Sample the order of answers (model.go, serviceOrder).
+		// Sample the order of answers (internal/model, serviceOrder).
 		a.sentAt = now // under mu: the reader reads it
 		a.writeGap = time.Duration(now - c.lastSent)
 	}
@@ -1389,7 +1389,7 @@ type bodyStream struct {
 // it comes within wait, as Go 1.27's net/http does (golang/go#77370; it
 // waits 50 ms for any body). Ours waits drainWait for a body read ahead
 // as bounded, or grown too long to be, whose connection may carry
-// requests behind it, and lateMin for a stream of events, whose server
+// requests behind it, and model.LateMin for a stream of events, whose server
 // should learn soon that nobody reads it. A request whose caller had its
 // response and cancelled it gives its connection up at once, as with
 // net/http (its watch, bodyStream.watch, may not have run yet); so does
@@ -1651,10 +1651,8 @@ func (s *bodyStream) startTentative() {
 }
 
 // gap is how long nothing of a tentative body may arrive before it is
-// taken for a stream: margin round trips of its host (attempt.streamGap),
-// at least quickWait. The segments of a bulk transfer come microseconds
-// apart over a loopback or a LAN, and about a round trip apart at worst
-// over a far link (TCP's slow start).
+// taken for a stream: attempt.streamGap (model.Host.StreamGap: margin
+// round trips of its host, at least model.QuickWait).
 func (s *bodyStream) gap() time.Duration {
 	return s.a.streamGap
 }

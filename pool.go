@@ -44,7 +44,7 @@ type hostPool struct {
 	dials   map[*dialHandle]struct{} // dials in progress
 	tick    uint64                   // logical clock for head ages
 	policy  leastWait
-	// model is what the host's answers taught (model.go): per route
+	// model is what the host's answers taught (internal/model): per route
 	// class, whether requests may be written behind one; and the
 	// host-wide estimates every other decision reads.
 	model model.Host
@@ -62,7 +62,7 @@ type hostPool struct {
 	h2      atomic.Pointer[h2Host] // set once a dial negotiated HTTP/2; requests go there
 	learned bool                   // a dial succeeded, so the host's protocol is known
 
-	// First answer (see answerWait): until the host has answered a
+	// First answer (see model.FirstResponseWait): until the host has answered a
 	// request on this pool, a pipelineable request is not written behind
 	// another while it could dial; once graceEnd has passed without an
 	// answer, it dials as to a serial host.
@@ -95,7 +95,7 @@ type sched struct {
 	// that carry pipelined requests (canDialLocked), so that a request a
 	// hook sends goes elsewhere instead of waiting for the hook.
 	held int
-	// probeDrain: the host not proven (hostModel.proven), an answer
+	// probeDrain: the host not proven (model.Host.Proven), an answer
 	// came with requests pipelined behind it: the connection takes no more
 	// until it is empty, so that the last of them can prove the host.
 	probeDrain   bool
@@ -376,7 +376,7 @@ func (p *hostPool) assignLocked(c *pconn, a *attempt) httptrace.GotConnInfo {
 	if !a.r.pipelineable || a.alone || !a.follow.OK() {
 		// Nothing is written behind it: a request that is not safe
 		// until its final status (gotHeadersLocked), one alone or of a
-		// route not known to answer bounded and quickly (model.go) until
+		// route not known to answer bounded and quickly (internal/model) until
 		// its answer is read.
 		s.exclusive = true
 	}
@@ -454,7 +454,7 @@ func (p *hostPool) becameIdleLocked(c *pconn) (done, wentIdle bool, victims []*i
 // for the close to say that its server closes every connection after one
 // response (quietClosed): a close a resting connection sees when it is
 // watched again (restWatch), give or take the noise of a busy machine
-// (lateMin). It is far below servers' idle timeouts (seconds).
+// (model.LateMin). It is far below servers' idle timeouts (seconds).
 const quickClose = restWatch + model.LateMin
 
 // quietClosed reports whether a connection that ended with err, with
@@ -496,7 +496,7 @@ func quietClosed(err error, unanswered, answered int, headIdle, headCut bool, id
 func (p *hostPool) gotHeaders(c *pconn, a *attempt, closing, bounded bool) {
 	p.mu.Lock()
 	// A chunked answer of a class whose last answer was bounded and quick
-	// (model.go) counts as one at its head, as a body of known length
+	// (internal/model) counts as one at its head, as a body of known length
 	// read whole does.
 	if bounded || a.tentative && a.follow.OK() {
 		p.answerLocked()
@@ -525,7 +525,7 @@ func (p *hostPool) gotHeaders(c *pconn, a *attempt, closing, bounded bool) {
 }
 
 // answerLocked records an answer of the host: the end of the wait for its
-// first answer, or for a burst's (answerWait, burstWaitLocked). A
+// first answer, or for a burst's (model.FirstResponseWait, burstWaitLocked). A
 // head whose body is chunked, of unknown length or long counts only once
 // that body has ended: its connection is taken until then, and a stream
 // does so for as long as it runs. Counted at its head, it let the
@@ -704,7 +704,7 @@ func (p *hostPool) noteAnswerLocked(a *attempt, kind model.Kind) {
 
 // tentative decides whether requests may be placed behind a's chunked
 // body while it is read from the network: only if its class's last
-// answer was bounded and quick (model.go). Otherwise it holds its
+// answer was bounded and quick (internal/model). Otherwise it holds its
 // connection as a stream does, so that nothing waits behind a stream that
 // is just starting: a request placed behind one waits for the stream's
 // end or HeadOfLineTimeout (bodyStream.checkStream says why it is not
@@ -721,7 +721,7 @@ func (p *hostPool) tentative(c *pconn, a *attempt) {
 }
 
 // setSlow marks c's head slow or not. A head late before
-// HeadOfLineTimeout (early: a serial host's, hostModel.earlyAfter)
+// HeadOfLineTimeout (early: a serial host's, model.Host.EarlyAfter)
 // spends the duplicate budget for each request behind it, which is
 // re-sent: those re-sends are optional, the ones at HeadOfLineTimeout are
 // not.
@@ -770,7 +770,7 @@ func (p *hostPool) removed(c *pconn) {
 		if len(p.conns) == 0 && p.dialing == 0 && p.answered {
 			// The host's last connection is gone (its idle timeout, or
 			// the server's): the next burst waits for its first answer
-			// as a new pool's does (answerWait). A pool kept for
+			// as a new pool's does (model.FirstResponseWait). A pool kept for
 			// what it learned (learnedLocked) would otherwise pipeline a
 			// burst of slow requests at once, as to a host known fast:
 			// Jetty's, after its 30 s idle close, 3-4 times net/http's
@@ -793,7 +793,7 @@ func (p *hostPool) ended(c *pconn, err error, unanswered, answered int, headIdle
 	if quietClosed(err, unanswered, answered, headIdle, headCut, time.Since(c.s.idleSince)) && !c.s.lastNoBody {
 		// A server (or a proxy) that closes each connection after a
 		// fixed number of requests without saying so: seen twice, that
-		// number becomes the host's budget for verdictFor, so that
+		// number becomes the host's budget for model.VerdictFor, so that
 		// the next connections are not given requests they will not
 		// answer. A close right after an answer without a body (HEAD,
 		// 204, 304) may be the server's response to that answer

@@ -455,7 +455,7 @@ func TestLargeAnswersOnTheWire(t *testing.T) {
 	}
 }
 
-// A budget learned from unannounced closes holds for verdictFor, then
+// A budget learned from unannounced closes holds for model.VerdictFor, then
 // is forgotten at the next assignment (and learned again if the server
 // still closes); an announced one holds until a connection serves it
 // without a close.
@@ -497,7 +497,7 @@ func TestQuietBudgetExpires(t *testing.T) {
 // which others closed without notice disproves it: a server that keeps a
 // budget closes every connection at it. A candidate count (seen once) is
 // forgotten; a budget learned from such closes too, and none is learned
-// from them for verdictFor after (a faulty network's resets: the
+// from them for model.VerdictFor after (a faulty network's resets: the
 // closes come at random counts, TestFaultyNetworkDials). An announced
 // budget has its own evidence and stays.
 func TestQuietCountDisproved(t *testing.T) {
@@ -558,7 +558,7 @@ func TestQuietCountDisproved(t *testing.T) {
 
 // When a host's last connection goes (an idle timeout), a pool kept for
 // what it learned waits for the next burst's first answer as a new pool
-// does (answerWait): a burst of slow requests is not pipelined at
+// does (model.FirstResponseWait): a burst of slow requests is not pipelined at
 // once as to a host known fast.
 func TestPoolLastConnGoneAwaitsAnswer(t *testing.T) {
 	for _, conns := range []int{1, 2} {

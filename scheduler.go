@@ -22,12 +22,12 @@ import (
 //     request, up to the pipelining threshold (PipelineConnsPerHost,
 //     counting only connections that can carry pipelined requests); for
 //     any other, and for any request to a host that gains nothing from
-//     pipelining (model.go, hostModel.gains), up to MaxConnsPerHost (0: no
+//     pipelining (model.Host.Gains), up to MaxConnsPerHost (0: no
 //     limit, as net/http). The request waits for that dial, or for a
 //     connection that becomes idle first, whichever comes first;
 //  3. for a pipelineable request, the busy connection with the least
 //     expected wait (leastWait.pipeline), once the host has answered
-//     (answerWait);
+//     (model.FirstResponseWait);
 //  4. otherwise it waits in FIFO order, cancellable by its context.
 
 // errPoolGone is returned by acquire when the pool was removed from the
@@ -165,7 +165,7 @@ func (p *hostPool) place(a *attempt) (*pconn, httptrace.GotConnInfo, error) {
 		return nil, httptrace.GotConnInfo{}, &useH2{h}
 	}
 	if a.r.pipelineable {
-		// What its class's last answer showed (model.go): whether
+		// What its class's last answer showed (internal/model): whether
 		// requests may be written behind it, and whether it is written
 		// behind nothing, with its answer a stream from its head.
 		a.follow = p.model.Follow(a.r.class)
@@ -283,7 +283,7 @@ func (p *hostPool) hookedDialsLocked() int {
 
 // mayStackLocked reports whether a pipelineable request (held by the
 // pipelining threshold or not) may be written behind others: it may not
-// dial, and, until the host's first answer (answerWait), it
+// dial, and, until the host's first answer (model.FirstResponseWait), it
 // could not dial even beyond the threshold.
 func (p *hostPool) mayStackLocked(held bool) bool {
 	if p.canDialLocked(held) {
@@ -313,7 +313,7 @@ func (p *hostPool) stackOnLocked(depth int) *pconn {
 
 // probeLocked returns the connection a pipelineable request is written on
 // behind others while the host is not proven to handle pipelining
-// (hostModel.proven), or nil. Until then one request at a time is pipelined,
+// (model.Host.Proven), or nil. Until then one request at a time is pipelined,
 // behind a head: the probe. The connection that carries it takes no more
 // until it is empty (probeDrain). A probe written together with its head
 // and answered before anything came after it proves the host. A server
@@ -341,7 +341,7 @@ func (p *hostPool) probeLocked(depth int) *pconn {
 }
 
 // dialSoonLocked reports whether a dial in progress started less than
-// margin times the host's dial time ago (quickWait at least): one that
+// margin times the host's dial time ago (model.QuickWait at least): one that
 // hangs holds nobody back for longer. A request it held back is placed
 // at the next dispatch (an answer, a dial's end): what it would have
 // waited behind meanwhile holds its connection.
@@ -567,15 +567,15 @@ func (leastWait) drainCandidate(conns []*pconn) *pconn {
 // written behind another, while it could dial (MaxConnsPerHost), waits
 // unwritten instead: for a connection that becomes idle, or for the host's
 // first answer, after which it is pipelined as usual; and if no answer
-// comes within answerWait of the host's first connection, it dials, as
+// comes within model.FirstResponseWait of the host's first connection, it dials, as
 // net/http would, until the first answer. A fast server near by costs a
 // burst one round trip; a slow one, a few milliseconds on top of
-// net/http's time; a server far away (a dial of quickWait or more),
+// net/http's time; a server far away (a dial of model.QuickWait or more),
 // nothing.
 
 // A host far away. Until a host's first connection is up, the requests
 // beyond the first wait for it: its dial time sets the wait for the first
-// answer (answerWait), and its protocol may be HTTP/2, which takes every
+// answer (model.FirstResponseWait), and its protocol may be HTTP/2, which takes every
 // request on one connection (canDialLocked). A host whose first dial has
 // not made its way to the target (firstHop: TCP, or through a proxy)
 // within farHop is far away, or slow to resolve: that wait would add a
@@ -584,12 +584,12 @@ func (leastWait) drainCandidate(conns []*pconn) *pconn {
 // do, and HTTP/2 connections found extra are closed (h2Dialed), as
 // net/http's HTTP/2 pool closes them. A burst of 20 GETs over a 50 ms
 // round trip waited one dial more than net/http over http, and two over
-// https (a TCP dial, then TLS, to learn the protocol). (farHop is in
-// model.go; under the race detector with 50 goroutines starting at once, a
+// https (a TCP dial, then TLS, to learn the protocol). (model.FarHop;
+// under the race detector with 50 goroutines starting at once, a
 // loopback connect took up to 70 ms.)
 
 // farDialLocked ends the wait for the host's first connection (and the
-// first answer's, answerWait of a far host's dial) if a first hop has
+// first answer's, model.FirstResponseWait of a far host's dial) if a first hop has
 // been under way for farHop: see farLocked. Until then it sets
 // graceTimer to look again (startDialLocked sets it for the first look).
 // The time is the hop's own, from its call, not the dial's: a dialing

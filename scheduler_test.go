@@ -494,7 +494,7 @@ func TestAbandonedHeadCut(t *testing.T) {
 // TestRestartedStreamAlone: a watch restarted from its last
 // resourceVersion that ended soon after its start (read whole before a
 // request behind it would have waited) does not make its route one that
-// requests may follow: its route is unseen again (model.go, noteAnswer), so
+// requests may follow: its route is unseen again (internal/model, noteAnswer), so
 // that the next restart, a stream again, has nothing written behind it.
 // Taken for bounded, that restart had a GET pipelined behind it for as
 // long as the watch ran or HeadOfLineTimeout.

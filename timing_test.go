@@ -82,7 +82,7 @@ func TestTimerHeadOfLine(t *testing.T) {
 }
 
 // TestTimerFirstAnswer: a burst of requests whose route class the host has
-// not answered yet is not pipelined (model.go): each request dials, as
+// not answered yet is not pipelined (internal/model): each request dials, as
 // with net/http, and the burst is answered in one service time, not in
 // three. A burst of a class answered quickly before (warm), once nothing
 // is in flight, waits for its own first answer while it could dial
@@ -141,8 +141,8 @@ func TestTimerFirstAnswer(t *testing.T) {
 // round trip) that runs a connection's requests one at a time, 20 ms
 // each. net/http, dialing a connection per request, answers every request
 // of the burst in a dial, a round trip and a service time: 120 ms. No
-// answer can come within quickWait over such a round trip, so the
-// requests beyond PipelineConnsPerHost dial at once (answerWait) instead
+// answer can come within model.QuickWait over such a round trip, so the
+// requests beyond PipelineConnsPerHost dial at once (model.FirstResponseWait) instead
 // of waiting for the first answer: when they waited up to twice the dial
 // time, the cold burst took 260 ms and the warm one 230 ms; then 170 (a
 // dial more than net/http's: the rest waited for the first connection)
@@ -389,7 +389,7 @@ func memServeSlowOnce(slow time.Duration, once *atomic.Bool, delay func(string) 
 
 // TestTimerPipeliningProbe sends bursts of 8 GETs to a new host over 2
 // connections of depth 4. A server that leaves what came with the request
-// ahead (gthread) stalls one request, the probe, for lateMin: a copy
+// ahead (gthread) stalls one request, the probe, for model.LateMin: a copy
 // of it is then answered on another connection, and the host falls back to
 // depth 1. Before, every request written behind another waited for the
 // server's idle close (3 of 8 in one burst); then the probe did; and a
@@ -542,7 +542,7 @@ func TestTimerIdleConn(t *testing.T) {
 
 // A host that drops every pipelined request falls back to depth 1 at its
 // first failure, having never answered a pipelined request; the fallback
-// ends after verdictFor, and the next one, earned at the next failure,
+// ends after model.VerdictFor, and the next one, earned at the next failure,
 // lasts as long.
 func TestTimerFallbackExpires(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -811,7 +811,7 @@ func testTimerMixedSerialHost(t *testing.T, depth int) {
 // TestTimerChunkedReadAhead: a chunked answer whose rest is still coming
 // (a bounded one its server did not measure, as net/http's server sends
 // any body over 2 KiB) has a request placed behind it once its route's
-// last answer was bounded (model.go), and not before; one of a route never
+// last answer was bounded (internal/model), and not before; one of a route never
 // seen has nothing behind it. One connection, depth 4: each round sends a
 // request, and a second one while the first's answer is half written.
 // The second's GotConn says whether it was written behind the first
@@ -1127,7 +1127,7 @@ func TestTimerChunkedBuffer(t *testing.T) {
 // still arriving and not taken for a stream is drained if its rest comes
 // within drainWait, and its connection serves the next request; one closed
 // once taken for a stream of events (a pause past its gap, or server-sent
-// events from its head) is drained only within lateMin, and otherwise
+// events from its head) is drained only within model.LateMin, and otherwise
 // closes its connection, so that its server learns that nobody reads it
 // (Go 1.27's net/http waits 50 ms for any body; earlier releases close
 // the connection).

@@ -462,7 +462,7 @@ type Transport struct {
 	handOvers atomic.Int64
 	// farHop is how long a host's first dial's first hop takes before the
 	// host counts as far away (scheduler.go, farDialLocked): the constant
-	// farHop, or testHookFarHop.
+	// model.FarHop, or testHookFarHop.
 	farHop time.Duration
 }
 

@@ -14,13 +14,13 @@ import (
 // more requests than it will answer, none written only to be sent again.
 // A close it announces (Connection: close) with requests written behind,
 // at the same count on two connections in a row, is the budget; one it
-// does not announce, right after an answer, at the same count twice in a
+// does not announce, right after a response, at the same count twice in a
 // row, is too, for VerdictFor: nothing tells that such a server would now
 // answer more, its connections being closed at the budget, so it is
 // learned again; a server that still closes costs a request sent again per
 // connection until it has closed two in a row at the same count, and one
 // whose closes had another cause is no longer held to it. A connection
-// that answers more disproves either.
+// that responds to more disproves either.
 //
 // Its fields are exported for the owner's tests, which stage a learned
 // budget (Host.Budget); the owner itself decides with the methods.
@@ -62,7 +62,7 @@ func (b *Budget) NoteAnnouncedClose(place int) {
 }
 
 // NoteQuietClose records a connection the server closed without notice
-// right after its answered-th answer, reporting whether that made the
+// right after its answered-th response, reporting whether that made the
 // budget.
 func (m *Host) NoteQuietClose(answered int) (learned bool) {
 	b := &m.budget

@@ -10,13 +10,13 @@ import (
 // (Kind). It owns no state: classes are values, their statistics live in
 // a Host (guarded by its owner's hostPool.mu).
 
-// A Class names the requests whose answers are expected to look
+// A Class names the requests whose responses are expected to look
 // alike: the same method, target host, path shape (a segment that holds a
 // digit is an identifier, so that /items/8f3a… and /items/77c2… are one
 // class), names of query parameters
 // (in any order: ?watch=1 and ?limit=500 are two classes of one path), and
 // Accept field. It is a 64-bit FNV-1a hash; a collision merges two classes,
-// which costs at most a wrong guess that the next answer corrects.
+// which costs at most a wrong guess that the next response corrects.
 type Class uint64
 
 const (
@@ -100,11 +100,11 @@ const maxClasses = 64
 type Verdict uint8
 
 const (
-	Known   Verdict = iota // its class's last answer was bounded and quick
+	Known   Verdict = iota // its class's last response was bounded and quick
 	Fixed                  // the model is off (TransportOptions.FixedPolicy)
-	Unseen                 // its class has not answered on this host yet
-	Streams                // its class's last answer was a stream
-	Late                   // its class's answers hold their heads late
+	Unseen                 // its class has had no response on this host yet
+	Streams                // its class's last response was a stream
+	Late                   // its class's responses hold their heads late
 )
 
 // OK reports whether requests may be written behind.
@@ -132,7 +132,7 @@ func (v Verdict) String() string {
 	return "?"
 }
 
-// Kind is what an answer showed of its class.
+// Kind is what a response showed of its class.
 type Kind uint8
 
 const (
@@ -140,10 +140,10 @@ const (
 	Stream              // a stream: events, a watch, a download too large to read ahead
 )
 
-// classStats is what a host's answers to one route class showed.
+// classStats is what a host's responses to one route class showed.
 type classStats struct {
-	seen int64    // when its last answer was noted
-	last Kind     // its last answer's kind
-	wait estimate // of its bounded answers' head waits, in ns
+	seen int64    // when its last response was noted
+	last Kind     // its last response's kind
+	wait estimate // of its bounded responses' head waits, in ns
 	late bool     // wait is late for the host (lateAfter)
 }

@@ -37,7 +37,7 @@ func bytesDepth(depth int, avg float64, pipelineBytes int) int {
 
 // Depth is the host's effective pipeline depth at now, of the configured
 // one: 1 while it is in fallback after pipeline failures, fewer behind a
-// serial server's head (serialDepth), and fewer when its answers are
+// serial server's head (serialDepth), and fewer when its responses are
 // large (bytesDepth).
 func (m *Host) Depth(configured int) int {
 	if configured > 1 && m.InFallback() {

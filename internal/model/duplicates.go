@@ -11,7 +11,7 @@ import (
 
 // The duplicate budget. Every copy of a request sent while its original
 // may still run is a duplicate for the server: safe requests re-sent from
-// behind a serial host's late head before HeadOfLineTimeout (earlyAfter), copies
+// behind a serial host's late head before HeadOfLineTimeout (EarlyAfter), copies
 // of late heads (TransportOptions.HedgeHeadOfLine) and of a stalled probe.
 // They are held to one budget, as retry budgets are in Envoy and gRPC:
 // each request placed earns hedgeRate of one, up to hedgeBurst, and each
@@ -43,7 +43,7 @@ func (m *Host) Spend(n int) { m.dup -= float64(n) }
 // requests at once, what waits behind a late head has mostly been answered
 // already: re-sent at the late wait, it cost the server 2% more requests
 // and the slowest requests a second late head (p99.9 1.6 times as long, 1%
-// of answers after 200 ms), for 4-19% more requests per second.
+// of responses after 200 ms), for 4-19% more requests per second.
 func (m *Host) EarlyAfter(hol time.Duration) time.Duration {
 	if m.fixed || hol <= 0 || !m.MayDuplicate() || !m.Serial() {
 		return 0
@@ -62,7 +62,7 @@ func (m *Host) EarlyAfter(hol time.Duration) time.Duration {
 // answers unread (gunicorn's gthread worker) stalls the probe
 // (scheduler.go, probeLocked) until it closes the idle connection: 2 s for
 // gthread, with the connection taking nothing meanwhile. So a probe that is
-// the head of its connection with nothing behind it, and has had no answer
+// the head of its connection with nothing behind it, and has had no response
 // when a head is late (lateAfter), is copied once on another connection,
 // as a late head is (holprotect.go, lateHead): it is safe, as every
 // pipelined request is.

@@ -19,13 +19,13 @@ type Host struct {
 
 	fixed   bool // learns nothing: every class may be followed
 	classes map[Class]*classStats
-	streams int // classes whose last answer was a stream
-	lates   int // classes whose last answer was late
+	streams int // classes whose last response was a stream
+	lates   int // classes whose last response was late
 
 	rtt   time.Duration // the shortest successful dial: about a round trip
 	heads headWaits
 	order serviceOrder
-	body  estimate // of the answers' body sizes, in bytes
+	body  estimate // of the responses' body sizes, in bytes
 	dup   float64  // the duplicate budget
 
 	// proven: since the model began or its last fallback, a request
@@ -98,11 +98,11 @@ func (m *Host) LateAfter(hol time.Duration) time.Duration {
 	return late
 }
 
-// NoteResponse records an answer of class c at now: its kind, and, if its
+// NoteResponse records a response of class c at now: its kind, and, if its
 // request was at the head of its connection, how long it held the head
 // (headWait; 0 if unknown). hol is the Transport's HeadOfLineTimeout. It
-// reports whether the class's verdict changed. (Every answer's head wait
-// is noted in heads as well, by noteHeadWait, once per answer.)
+// reports whether the class's verdict changed. (Every response's head wait
+// is noted in heads as well, by NoteHeadWait, once per response.)
 func (m *Host) NoteResponse(c Class, now int64, kind Kind, headWait, hol time.Duration) (changed bool) {
 	if m.fixed {
 		return false
@@ -124,7 +124,7 @@ func (m *Host) NoteResponse(c Class, now int64, kind Kind, headWait, hol time.Du
 			// A stream's class answered whole (a watch that ended soon
 			// after its start, a 410 Gone): unseen again, so that the
 			// next request, likely a stream again, has nothing written
-			// behind it until an answer shows what it is. Taken as
+			// behind it until a response shows what it is. Taken as
 			// bounded at once, the next restart of a Kubernetes watch
 			// had GETs behind it until HeadOfLineTimeout.
 			delete(m.classes, c)
@@ -133,7 +133,7 @@ func (m *Host) NoteResponse(c Class, now int64, kind Kind, headWait, hol time.Du
 	}
 	s.seen = now
 	s.last = kind
-	// A stream's head says nothing of its length: only a bounded answer's
+	// A stream's head says nothing of its length: only a bounded response's
 	// wait counts.
 	if kind == Bounded && headWait > 0 {
 		s.wait.addDuration(headWait)
@@ -143,7 +143,7 @@ func (m *Host) NoteResponse(c Class, now int64, kind Kind, headWait, hol time.Du
 	return m.Follow(c) != before
 }
 
-// NoteHeadWait records how long an answer held its connection's head.
+// NoteHeadWait records how long a response held its connection's head.
 func (m *Host) NoteHeadWait(wait time.Duration) {
 	if !m.fixed {
 		m.heads.note(wait)

@@ -17,50 +17,50 @@ import (
 // ready when the first ends. Against the first kind, when service times
 // are long enough to matter, pipelining serialises what separate
 // connections would run in parallel: net/http, dialing one connection per
-// request, is faster. Such a host is recognised from its answers. While the
+// request, is faster. Such a host is recognised from its responses. While the
 // verdict holds (VerdictFor, renewed by new evidence) it is pipelined no
 // deeper than it gains from (serialDepth), and, if its service time is at
 // least serialDialGap, its pipelineable requests dial like any other (up
 // to MaxConnsPerHost).
 //
-// Two kinds of evidence, both from pipelined answers:
+// Two kinds of evidence, both from pipelined responses:
 //
 //   - The score: only a request written right behind the one ahead tells
 //     the two kinds of server apart: one that runs requests at once
 //     answers both together, one that runs them one at a time answers a
 //     service time apart (serialGapMin or more). When callers write one
-//     request per answer (a closed loop), the writes are spaced as the
-//     answers are, and both kinds of server answer alike: such samples
+//     request per response (a closed loop), the writes are spaced as the
+//     responses are, and both kinds of server answer alike: such samples
 //     say nothing to the score.
 //   - The mixed rates, where service times are mixed and the score says
-//     nothing (a quick answer comes right after the one ahead from
+//     nothing (a quick response comes right after the one ahead from
 //     either kind of server). A serial server answers a pipelined request
-//     its own service time after the answer ahead, however long that one
+//     its own service time after the response ahead, however long that one
 //     took; a concurrent one has run it meanwhile, and answers it late
-//     only if it took longer than the answer ahead (the shadow: from its
-//     write to the end of that answer). So among requests behind an
-//     answer that ended clearly sooner than a long gap after their write,
+//     only if it took longer than the response ahead (the shadow: from its
+//     write to the end of that response). So among requests behind a
+//     response that ended clearly sooner than a long gap after their write,
 //     and among those behind one that ended clearly later, the rate of
 //     long gaps is about the same from a serial server, and far lower
 //     behind the long shadows from a concurrent one. The score misses the
-//     first kind when most answers are quick (a Go backend behind 60%
+//     first kind when most responses are quick (a Go backend behind 60%
 //     quick routes and 25% of 20-300 ms: a score of 0.3-0.5, never a
-//     verdict) and so pipelined it 4 deep, each slow answer holding 3
+//     verdict) and so pipelined it 4 deep, each slow response holding 3
 //     requests where net/http holds none (p99 1.1-1.2x net/http's, max
 //     1.2-1.3x). Measured on a Go server and on Node (which runs them at
 //     once), 5 loads each: ratios 0.62-1.74 against 0.21-0.45 from the
-//     score's samples; from every answer, in the mixed load, 0.66
+//     score's samples; from every response, in the mixed load, 0.66
 //     (aiohttp) to 1.03 (nginx) against Node's 0.33-0.39 (docs/design.md
 //     has a load that reads serial from a server that is not). While both
 //     rates are known, they decide.
 
-// serviceOrder is what the order of a host's pipelined answers says.
+// serviceOrder is what the order of a host's pipelined responses says.
 type serviceOrder struct {
 	score      estimate  // of scored samples: 1 if a service time apart, 0 if together
 	gap        estimate  // of the score's serial gaps, in ns
-	mixGap     estimate  // of every pipelined answer's gap of serialGapMin or more, in ns
-	afterQuick estimate  // rate of long gaps behind answers that ended clearly soon
-	afterSlow  estimate  // and behind answers that ended clearly late
+	mixGap     estimate  // of every pipelined response's gap of serialGapMin or more, in ns
+	afterQuick estimate  // rate of long gaps behind responses that ended clearly soon
+	afterSlow  estimate  // and behind responses that ended clearly late
 	until      time.Time // the serial verdict's end; zero if none
 	mixed      bool      // the verdict came from the mixed rates (serialDepth)
 }
@@ -76,7 +76,7 @@ const (
 )
 
 // mixedOrder is the verdict of the long-gap rates after quick and after
-// slow answers ahead.
+// slow responses ahead.
 func mixedOrder(afterQuick, afterSlow estimate) order {
 	if !afterQuick.known() || !afterSlow.known() || afterQuick.v < mixedMinRate {
 		return orderUnknown
@@ -90,7 +90,7 @@ func mixedOrder(afterQuick, afterSlow estimate) order {
 	return orderUnsure
 }
 
-// orderVerdict is what an answer does to the serial verdict.
+// orderVerdict is what a response does to the serial verdict.
 type orderVerdict int
 
 const (
@@ -99,9 +99,9 @@ const (
 	verdictRevoked                     // revoked
 )
 
-// note records the answer of a pipelined request that arrived gap after
-// the answer ahead of it ended, and was written writeGap after the
-// request ahead of it, shadow before that answer ended, and returns what
+// note records the response of a pipelined request that arrived gap after
+// the response ahead of it ended, and was written writeGap after the
+// request ahead of it, shadow before that response ended, and returns what
 // it does to the serial verdict (the caller sets until).
 func (o *serviceOrder) note(gap, writeGap, shadow time.Duration) orderVerdict {
 	long := gap >= longGap
@@ -135,7 +135,7 @@ func (o *serviceOrder) note(gap, writeGap, shadow time.Duration) orderVerdict {
 		// A verdict once the score is known, renewed while the evidence
 		// lasts; revoked once most samples show the server running
 		// requests at once (the verdict was wrong, or the server
-		// changed). A single sample may mislead either way: answers read
+		// changed). A single sample may mislead either way: responses read
 		// late come together.
 		switch {
 		case !scored || o.score.n < scoreKnown:
@@ -148,9 +148,9 @@ func (o *serviceOrder) note(gap, writeGap, shadow time.Duration) orderVerdict {
 	}
 }
 
-// serviceGap is the host's service time as its answers show it, for a
+// serviceGap is the host's service time as its responses show it, for a
 // host judged serial: under a verdict from the mixed rates, the estimate
-// of every pipelined answer's gap, else of the gaps the score took.
+// of every pipelined response's gap, else of the gaps the score took.
 func (o *serviceOrder) serviceGap() time.Duration {
 	if o.mixed {
 		return o.mixGap.duration()
@@ -162,10 +162,10 @@ func (o *serviceOrder) serviceGap() time.Duration {
 // one at a time, whose service time is about gap and whose dial took dial
 // (one round trip, or a few with TLS). Such a server gains from
 // pipelining only that the next request is already there when it ends
-// one: a request written as an answer arrives must reach it within its
+// one: a request written as a response arrives must reach it within its
 // service time of the request in progress. One request behind the head
 // does that when a round trip is shorter than a service time; more
-// requests behind add nothing but head-of-line waits (each slow answer
+// requests behind add nothing but head-of-line waits (each slow response
 // delays every request behind it). So the depth is one plus the service
 // times a round trip spans, at least 2 and at most the configured depth.
 //
@@ -176,7 +176,7 @@ func (o *serviceOrder) serviceGap() time.Duration {
 // the head takes, where a request left in the queue takes the first
 // connection to come free (net/http's tail). Such a host is not pipelined
 // (depth 1). Where service times are alike (a 1 ms server, slow once in a
-// hundred), the request behind loses nothing to its head on most answers,
+// hundred), the request behind loses nothing to its head on most responses,
 // and is kept: depth 1 there measured 0.71-0.73x net/http's rate against
 // 0.98-1.22x.
 func serialDepth(depth int, dial, gap time.Duration, mixed bool) int {
@@ -190,7 +190,7 @@ func serialDepth(depth int, dial, gap time.Duration, mixed bool) int {
 	return min(max(d, 2), depth)
 }
 
-// NoteOrder records a pipelined answer (serviceOrder.note).
+// NoteOrder records a pipelined response (serviceOrder.note).
 func (m *Host) NoteOrder(gap, writeGap, shadow time.Duration) {
 	if m.fixed {
 		return

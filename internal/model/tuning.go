@@ -11,9 +11,9 @@ import (
 //
 // Beside its classes, a host's model holds a few quantities, each a moving
 // estimate under the one decay rule (estimate): its round trip (the
-// shortest dial), how long its answers hold their connections' heads
+// shortest dial), how long its responses hold their connections' heads
 // (headWaits), the order in which it answers pipelined requests
-// (serviceOrder: one at a time or at once), the size of its answers, and
+// (serviceOrder: one at a time or at once), the size of its responses, and
 // what went wrong with pipelining (the depth fallback). From them come
 // every threshold of the decisions; the tuning values below are all of
 // them (docs/model.md lists them with their reasons).
@@ -24,16 +24,16 @@ const (
 	// Memory is how many observations an estimate remembers: each new
 	// one weighs 1/Memory (the first ones, their mean), and a rate is
 	// trusted once it has this many. Long enough for a rate of rare
-	// events (a late answer in a hundred) to stay put, short enough that a
+	// events (a late response in a hundred) to stay put, short enough that a
 	// server that changes is relearned within a few hundred requests. At
-	// 64, the late-heads verdict of a host with 1% of its answers 200 ms
+	// 64, the late-heads verdict of a host with 1% of its responses 200 ms
 	// late (1 ms usual) was off a quarter of the time, between late
-	// answers, and requests were pipelined behind the next one (p99 200 ms
+	// responses, and requests were pipelined behind the next one (p99 200 ms
 	// where it had been 43 ms); at 128, 4% of the time.
 	Memory = 128
 
 	// lateWaits: a head is late after this many of its host's usual
-	// waits, and a pipelined answer's gap is long after this many of the
+	// waits, and a pipelined response's gap is long after this many of the
 	// shortest gaps a serial server leaves; a mixed serial host whose
 	// service time spans this many round trips is not pipelined.
 	lateWaits = 20
@@ -43,11 +43,11 @@ const (
 	// collection, a preempted thread) reaches tens of milliseconds.
 	LateMin = 50 * time.Millisecond
 
-	// QuickWait is the longest a request waits unwritten for an answer
+	// QuickWait is the longest a request waits unwritten for a response
 	// that would let it be pipelined instead of dialing (a host's first
-	// answer, a burst's), and the least silence that makes a chunked
+	// response, a burst's), and the least silence that makes a chunked
 	// body a stream: short enough not to matter to a person, long enough
-	// for a near server's answer.
+	// for a near server's response.
 	QuickWait = 5 * time.Millisecond
 
 	// margin is how much longer than expected is clearly longer: a
@@ -74,7 +74,7 @@ const (
 	// a per-connection budget learned from unannounced closes.
 	VerdictFor = time.Minute
 
-	// serialGapMin is the shortest gap between two pipelined answers that
+	// serialGapMin is the shortest gap between two pipelined responses that
 	// says their server ran them one after the other: no server running
 	// requests at once leaves one.
 	serialGapMin = 250 * time.Microsecond
@@ -85,7 +85,7 @@ const (
 	serialOff = 0.35
 
 	// mixedMinRate: the mixed rates decide only while at least this share
-	// of the answers behind quick ones came late; below it, their ratio
+	// of the responses behind quick ones came late; below it, their ratio
 	// is one of a few long gaps, and says nothing.
 	mixedMinRate = 0.1
 )
@@ -94,10 +94,10 @@ const (
 const (
 	// scoreKnown is how many scored samples the serial score needs
 	// before it decides: a quarter of Memory. The score is a run of
-	// alike samples (every pipelined answer of a serial server is one
+	// alike samples (every pipelined response of a serial server is one
 	// service time late), not a rate of rare events; trusted only after
 	// Memory of them, a serial server under a closed loop, whose writes
-	// are seldom back to back, went a whole 8 s run of 1% slow answers
+	// are seldom back to back, went a whole 8 s run of 1% slow responses
 	// without its verdict, pipelined 4 deep with no early re-send
 	// (0.92 times the requests per second of the engine that needed 5;
 	// with HedgeHeadOfLine 0.70).
@@ -105,12 +105,12 @@ const (
 	// scoreOn and scoreOff: the score gives the serial verdict at three
 	// samples in four, clearly serial, and revokes it below one in four.
 	// A score is a share of samples, not a ratio of rates (serialOn): at
-	// 0.6, a few answers spaced by a busy machine's scheduling would make
+	// 0.6, a few responses spaced by a busy machine's scheduling would make
 	// a server that runs requests at once serial.
 	scoreOn  = 1 - 1.0/clearly
 	scoreOff = 1.0 / clearly
 
-	// longGap is a pipelined answer's gap that is long (serviceOrder).
+	// longGap is a pipelined response's gap that is long (serviceOrder).
 	longGap = lateWaits * serialGapMin
 	// serialDialGap is the service time from which a serial host's
 	// pipelineable requests dial rather than wait behind one another:
