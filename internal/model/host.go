@@ -10,7 +10,9 @@ import (
 // hostPool.mu; the type itself takes no lock.
 
 // Host is one host's model: its route classes, and the host-wide
-// estimates (below) every other decision reads.
+// estimates (tuning.go) every other decision reads. It is not safe for
+// concurrent use: its owner, the host's pool, guards it with hostPool.mu.
+// Its zero value learns, with no read-ahead budget (New gives one).
 type Host struct {
 	// clock is the model's clock (time.Now if nil; tests inject a fake
 	// one). It is read only where a verdict with an end is in force or
@@ -29,7 +31,7 @@ type Host struct {
 	dup   float64  // the duplicate budget
 
 	// proven: since the model began or its last fallback, a request
-	// written together with the one ahead was answered unprompted
+	// written together with the one ahead was responded to unprompted
 	// (attempt.proves); until then one request at a time is pipelined,
 	// behind a head (scheduler.go, probeLocked). probeCopied: a copy of a
 	// stalled probe was sent since (holprotect.go, lateHead): one per such
@@ -38,7 +40,7 @@ type Host struct {
 	failures            []time.Time // of the last pipeline failures
 	fallbackUntil       time.Time   // the depth fallback's end
 
-	budget Budget // requests its server answers per connection
+	budget Budget // requests its server responds to per connection
 
 	// pipelineBytes is how many bytes of responses a connection holds
 	// in flight (bytesDepth): margin read-ahead buffers.
@@ -98,7 +100,8 @@ func (m *Host) LateAfter(hol time.Duration) time.Duration {
 	return late
 }
 
-// NoteResponse records a response of class c at now: its kind, and, if its
+// NoteResponse records a response of class c at now (a monotonic time in
+// ns, only compared with others of the same Host): its kind, and, if its
 // request was at the head of its connection, how long it held the head
 // (headWait; 0 if unknown). hol is the Transport's HeadOfLineTimeout. It
 // reports whether the class's verdict changed. (Every response's head wait
