@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pipelined/pipelined/internal/model"
 )
 
 // bodyStream copies one response body from the connection into its body
@@ -246,7 +248,7 @@ func (s *bodyStream) onCloseLocked() (closed func()) {
 	}
 	wait := c.drainWait()
 	if a.events {
-		wait = lateMin // its end is not near; its server should learn soon
+		wait = model.LateMin // its end is not near; its server should learn soon
 	}
 	e := &earlyClose{c: c, a: a, wait: wait, held: s.held}
 	switch {
@@ -283,12 +285,10 @@ func (s *bodyStream) startTentative() {
 }
 
 // gap is how long nothing of a tentative body may arrive before it is
-// taken for a stream: margin round trips of its host (attempt.streamGap),
-// at least quickWait. The segments of a bulk transfer come microseconds
-// apart over a loopback or a LAN, and about a round trip apart at worst
-// over a far link (TCP's slow start).
+// taken for a stream: attempt.streamGap (model.Host.StreamGap: margin
+// round trips of its host, at least model.QuickWait).
 func (s *bodyStream) gap() time.Duration {
-	return max(s.a.streamGap, quickWait)
+	return s.a.streamGap
 }
 
 // checkStream is the stream verdict's timer: a tentative body that
@@ -367,7 +367,7 @@ func (s *bodyStream) stop() {
 // it comes within wait, as Go 1.27's net/http does (golang/go#77370; it
 // waits 50 ms for any body). Ours waits drainWait for a body read ahead
 // as bounded, or grown too long to be, whose connection may carry
-// requests behind it, and lateMin for a stream of events, whose server
+// requests behind it, and model.LateMin for a stream of events, whose server
 // should learn soon that nobody reads it. A request whose caller had its
 // response and cancelled it gives its connection up at once, as with
 // net/http (its watch, bodyStream.watch, may not have run yet); so does

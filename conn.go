@@ -230,12 +230,12 @@ func (c *pconn) enqueue(a *attempt, direct bool) bool {
 // followable reports whether requests may be written behind a before its
 // answer, as the pool places them (assignLocked): a pipelineable request
 // neither alone nor of a route not known to answer bounded and quickly
-// (model.go). Requests go out in the order they take the write token, not
+// (internal/model). Requests go out in the order they take the write token, not
 // that of their places: one placed before a restarted watch, its route
 // unseen, but written after it, waited behind the watch until
 // HeadOfLineTimeout.
 func followable(a *attempt) bool {
-	return a.r.pipelineable && !a.alone && a.follow.ok()
+	return a.r.pipelineable && !a.alone && a.follow.OK()
 }
 
 // joinLocked records what a's place on c tells the pool and the reader
@@ -256,7 +256,7 @@ func (c *pconn) joinLocked(a *attempt) {
 	}
 	now := monoNow()
 	if a.behind {
-		// Sample the order of answers (model.go, serviceOrder).
+		// Sample the order of answers (internal/model, serviceOrder).
 		a.sentAt = now // under mu: the reader reads it
 		a.writeGap = time.Duration(now - c.lastSent)
 	}

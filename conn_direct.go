@@ -50,6 +50,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/pipelined/pipelined/internal/model"
 )
 
 // readTurn says who reads the connection's responses next.
@@ -69,9 +71,9 @@ const (
 // servers (seconds: nginx 75 s, Node and Apache 5 s), so that what a
 // server sends when it closes an idle connection (a FIN, Apache's 408) is
 // seen by a watching reader, as before, and a closed socket is not kept
-// for long. It is the least wait that counts as late (lateMin): a request
+// for long. It is the least wait that counts as late (model.LateMin): a request
 // coming sooner than that is part of the same flow of work.
-const restWatch = lateMin
+const restWatch = model.LateMin
 
 // errHandOver: a direct reader leaves the rest of a response to the reader
 // goroutine (c.pending).

@@ -3,8 +3,12 @@ package pipelined
 import (
 	"fmt"
 	"go/ast"
+	"go/constant"
+	"go/importer"
 	"go/parser"
 	"go/token"
+	"go/types"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +16,10 @@ import (
 	"testing"
 	"time"
 )
+
+// modelDir is the host model's package, whose constants the tables hold
+// beside this package's.
+const modelDir = "internal/model"
 
 // byteSize marks a constant of fixedValues that counts bytes: its value is
 // written "256 KiB" when it is a multiple of 1024. Other integers (counts of
@@ -23,7 +31,9 @@ type byteSize int64
 // docs/model.md (Tuning values) or of docs/design.md (Fixed values), whose
 // value cell is the value's canonical form (canonical). A constant added
 // gets an entry here and a row in one table: wrapped in byteSize if it
-// counts bytes, converted to uint64 if it overflows int.
+// counts bytes, converted to uint64 if it overflows int. The constants of
+// internal/model, which this package cannot name, are read from its source
+// by the type checker instead (modelValues).
 var fixedValues = map[string]any{
 	// addrs.go
 	"fallbackDelay": fallbackDelay,
@@ -45,31 +55,6 @@ var fixedValues = map[string]any{
 	// keepalive.go
 	"maxKeepAliveTimeout": maxKeepAliveTimeout,
 	"maxKeepAliveMax":     maxKeepAliveMax,
-	// model.go
-	"fnvOffset":     uint64(fnvOffset),
-	"fnvPrime":      uint64(fnvPrime),
-	"maxClasses":    maxClasses,
-	"memory":        memory,
-	"lateWaits":     lateWaits,
-	"lateMin":       lateMin,
-	"quickWait":     quickWait,
-	"margin":        margin,
-	"clearly":       clearly,
-	"hedgeRate":     hedgeRate,
-	"hedgeBurst":    hedgeBurst,
-	"fallbackAfter": fallbackAfter,
-	"verdictFor":    verdictFor,
-	"serialGapMin":  serialGapMin,
-	"serialOn":      serialOn,
-	"serialOff":     serialOff,
-	"mixedMinRate":  mixedMinRate,
-	"scoreKnown":    scoreKnown,
-	"scoreOn":       scoreOn,
-	"scoreOff":      scoreOff,
-	"longGap":       longGap,
-	"serialDialGap": serialDialGap,
-	"farHop":        farHop,
-	"pipelineBytes": byteSize(pipelineBytes),
 	// conn_write.go, conn_read.go (ackStall)
 	"bodyCopySize":  byteSize(bodyCopySize),
 	"ackStall":      ackStall,
@@ -168,19 +153,30 @@ func TestCanonical(t *testing.T) {
 }
 
 // sourceConstants lists the numeric constants of the package's non-test
-// files, by name, with the file each is declared in. It leaves out groups
-// that use iota (enumerations) and string constants; a constant declared
-// in a function is listed with the file "func:" and its file, since it
-// cannot be named from here.
+// files and of internal/model's, by name, with the file each is declared
+// in (internal/model's with its directory). It leaves out groups that use
+// iota (enumerations) and string constants; a constant declared in a
+// function is listed with the file "func:" and its file, since it cannot
+// be named from here.
 func sourceConstants(t *testing.T) map[string]string {
 	t.Helper()
 	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
+	modelFiles, err := filepath.Glob(filepath.Join(modelDir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	consts := map[string]string{}
+	add := func(c, name string) {
+		if other, ok := consts[c]; ok {
+			t.Errorf("%s: constant %s is declared in %s too: the tables name constants without their package", name, c, other)
+		}
+		consts[c] = name
+	}
 	fset := token.NewFileSet()
-	for _, name := range files {
+	for _, name := range append(files, modelFiles...) {
 		if strings.HasSuffix(name, "_test.go") {
 			continue
 		}
@@ -193,20 +189,76 @@ func sourceConstants(t *testing.T) map[string]string {
 			if d, ok := d.(*ast.GenDecl); ok && d.Tok == token.CONST {
 				top[d] = true
 				for _, c := range numericConsts(d) {
-					consts[c] = name
+					add(c, name)
 				}
 			}
 		}
 		ast.Inspect(f, func(n ast.Node) bool {
 			if d, ok := n.(*ast.GenDecl); ok && d.Tok == token.CONST && !top[d] {
 				for _, c := range numericConsts(d) {
-					consts[c] = "func:" + name
+					add(c, "func:"+name)
 				}
 			}
 			return true
 		})
 	}
 	return consts
+}
+
+// modelValues returns the values of internal/model's package-level
+// constants, by name, as the type checker computes them from its source,
+// in the types fixedValues gives: a time.Duration for a duration, an int
+// (uint64 if it overflows int) for an integer, a float64 for a float. (No
+// constant of the model counts bytes: one that did would need a byteSize
+// marking here.)
+func modelValues(t *testing.T) map[string]any {
+	t.Helper()
+	names, err := filepath.Glob(filepath.Join(modelDir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	var files []*ast.File
+	for _, name := range names {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	conf := types.Config{Importer: importer.Default()}
+	pkg, err := conf.Check("github.com/pipelined/pipelined/"+modelDir, fset, files, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	values := map[string]any{}
+	scope := pkg.Scope()
+	for _, name := range scope.Names() {
+		c, ok := scope.Lookup(name).(*types.Const)
+		if !ok {
+			continue
+		}
+		v := c.Val()
+		switch {
+		case types.TypeString(c.Type(), nil) == "time.Duration":
+			d, _ := constant.Int64Val(v)
+			values[name] = time.Duration(d)
+		case v.Kind() == constant.Int:
+			if i, exact := constant.Int64Val(v); exact {
+				values[name] = int(i)
+			} else {
+				u, _ := constant.Uint64Val(v)
+				values[name] = u
+			}
+		case v.Kind() == constant.Float:
+			f, _ := constant.Float64Val(v)
+			values[name] = f
+		}
+	}
+	return values
 }
 
 // numericConsts returns the names d declares, but none if d uses iota,
@@ -323,9 +375,18 @@ func readTable(t *testing.T, doc, heading string, withFile bool) map[string]tabl
 // numeric constant has one row, in one of them, that says its value.
 func TestConstantTables(t *testing.T) {
 	src := sourceConstants(t)
+	values := maps.Clone(fixedValues)
+	modelValue := modelValues(t)
 	for name, file := range src {
 		if strings.HasPrefix(file, "func:") {
 			t.Errorf("%s: %s is a constant declared in a function: declare it at package level, then add it to fixedValues and to its table row", strings.TrimPrefix(file, "func:"), name)
+			continue
+		}
+		if strings.HasPrefix(file, modelDir+"/") {
+			if _, ok := fixedValues[name]; ok {
+				t.Errorf("fixedValues names %s, a constant of %s: its value is read from there", name, file)
+			}
+			values[name] = modelValue[name]
 			continue
 		}
 		if _, ok := fixedValues[name]; !ok {
@@ -341,7 +402,7 @@ func TestConstantTables(t *testing.T) {
 	const model, design = "docs/model.md", "docs/design.md"
 	tuning := readTable(t, model, "## Tuning values", false)
 	fixed := readTable(t, design, "## Fixed values", true)
-	for name, v := range fixedValues {
+	for name, v := range values {
 		r, inTuning := tuning[name]
 		doc := model
 		if f, inFixed := fixed[name]; inFixed {
@@ -364,8 +425,8 @@ func TestConstantTables(t *testing.T) {
 	}
 	for doc, rows := range map[string]map[string]tableRow{model: tuning, design: fixed} {
 		for name, r := range rows {
-			if _, ok := fixedValues[name]; !ok {
-				t.Errorf("%s:%d: the row names %s, which is not in fixedValues", doc, r.line, name)
+			if _, ok := values[name]; !ok {
+				t.Errorf("%s:%d: the row names %s, which is no numeric constant of the source (fixedValues, or internal/model)", doc, r.line, name)
 			}
 		}
 	}

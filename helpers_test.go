@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pipelined/pipelined/internal/model"
 )
 
 // This file holds the helpers every test file shares: the one scripted raw
@@ -712,8 +714,8 @@ func inFrame(suffix string) bool {
 }
 
 // routeVerdict returns what tr's pool for the request's host holds about
-// the request's route class (model.go); followUnseen if there is no pool.
-func routeVerdict(tr *Transport, method, url string) followVerdict {
+// the request's route class (internal/model); model.Unseen if there is no pool.
+func routeVerdict(tr *Transport, method, url string) model.Verdict {
 	req, err := http.NewRequest(method, url, nil)
 	if err != nil {
 		panic(err)
@@ -723,11 +725,11 @@ func routeVerdict(tr *Transport, method, url string) followVerdict {
 	p := tr.pools[poolKey{scheme: req.URL.Scheme, addr: addr}]
 	tr.mu.RUnlock()
 	if p == nil {
-		return followUnseen
+		return model.Unseen
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.model.follow(classOf(req, method))
+	return p.model.Follow(model.ClassOf(req, method))
 }
 
 // setTestHook sets a test hook (transport.go) to v for the rest of t: the
@@ -744,6 +746,6 @@ func setTestHook(t testing.TB, hook *time.Duration, v time.Duration) {
 func markProven(tr *Transport, addr string) {
 	p := poolOf(tr, addr)
 	p.mu.Lock()
-	p.model.proven = true
+	p.model.NoteProven()
 	p.mu.Unlock()
 }

@@ -22,7 +22,7 @@ import (
 //     can run after a later request.
 //   - Depth fallback. A host whose connections fail with pipelined requests
 //     outstanding (malformed responses, closes or resets mid-pipeline)
-//     falls back to depth 1 for a while (model.go, hostModel.noteFailure).
+//     falls back to depth 1 for a while (model.Host.NoteFailure).
 
 const (
 	// DefaultHeadOfLineTimeout is TransportOptions.HeadOfLineTimeout when
@@ -191,7 +191,7 @@ func (c *pconn) holFire(a *attempt) {
 // lateHead sends a copy of a, the late head of c, on another connection
 // (TransportOptions.HedgeHeadOfLine) if the host's budget of copies allows
 // it; or, whatever the option, if a is a stalled probe, the first since
-// the host was last proven or fell back (hostModel.probeWait). An attempt is
+// the host was last proven or fell back (model.Host.ProbeWait). An attempt is
 // copied once at most.
 func (p *hostPool) lateHead(c *pconn, a *attempt) {
 	probe := a.probing()
@@ -206,16 +206,11 @@ func (p *hostPool) lateHead(c *pconn, a *attempt) {
 		// Only a probe whose route answered bounded and quickly before:
 		// one of a route not seen yet, or slow for its own reasons (a
 		// large paged list), would reach the server twice for nothing.
-		m := &p.model
-		ok = !m.probeCopied && !m.proven && a.follow == followKnown
-		m.probeCopied = m.probeCopied || ok
-		if ok {
-			m.spend(1) // not held back by it: the probe tells a server that drops pipelined requests
-		}
+		ok = p.model.CopyProbe(a.follow) // spends a duplicate, not held back by the budget: the probe tells a server that drops pipelined requests
 	default:
-		ok = p.model.mayDuplicate()
+		ok = p.model.MayDuplicate()
 		if ok {
-			p.model.spend(1)
+			p.model.Spend(1)
 		}
 	}
 	if ok {
@@ -288,9 +283,7 @@ func (p *hostPool) probeLost(c *pconn, a *attempt) {
 		return // answered late, or the connection ended
 	}
 	p.mu.Lock()
-	if m := &p.model; !m.proven && !m.inFallback() {
-		m.fallBack()
-	}
+	p.model.NoteStalledProbe()
 	ch := p.takeModelChangesLocked()
 	p.mu.Unlock()
 	p.observeModel(ch)
@@ -298,7 +291,7 @@ func (p *hostPool) probeLost(c *pconn, a *attempt) {
 }
 
 // depthLocked returns the host's effective pipeline depth: 1 through an
-// HTTP forward proxy, else what its model allows (hostModel.depth). p.mu
+// HTTP forward proxy, else what its model allows (model.Host.Depth). p.mu
 // must be held.
 func (p *hostPool) depthLocked() int {
 	if p.key.forwardProxy() {
@@ -314,7 +307,7 @@ func (p *hostPool) depthLocked() int {
 		// requests untouched and are pipelined as a direct connection.
 		return 1
 	}
-	return p.model.depth(p.t.depth)
+	return p.model.Depth(p.t.depth)
 }
 
 // notePipelineFailure is called when c failed with err while unanswered
@@ -322,14 +315,14 @@ func (p *hostPool) depthLocked() int {
 // in flight (headIdle) or pipelined, and late (headSlow) or not. Failures
 // with more than one request outstanding, or whose oldest was pipelined
 // (those behind it may have been re-sent from behind it already), count
-// towards the depth fallback (model.go, hostModel.noteFailure); a late
+// towards the depth fallback (model.Host.NoteFailure); a late
 // head counts only if it was pipelined.
 func (p *hostPool) notePipelineFailure(err error, unanswered int, headIdle, headSlow bool) {
 	if unanswered < 2 && headIdle || p.t.depth <= 1 || !isPipelineFailure(err) {
 		return
 	}
 	p.mu.Lock()
-	p.model.noteFailure(!headIdle && headSlow)
+	p.model.NoteFailure(!headIdle && headSlow)
 	ch := p.takeModelChangesLocked()
 	p.mu.Unlock()
 	p.observeModel(ch)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/pipelined/pipelined/internal/model"
 )
 
 // This file reports the engine's events to TransportOptions.Observer
@@ -160,7 +162,7 @@ func observeHeaders(o *Observer, a *attempt, status int) {
 // Observer once hostPool.mu is released (observeModel).
 type modelChange struct {
 	r *request
-	v followVerdict
+	v model.Verdict
 }
 
 // modelChanges are what a host's model changed and the Observer has not
@@ -179,37 +181,21 @@ func (p *hostPool) takeModelChangesLocked() modelChanges {
 	return ch
 }
 
-// hostDecision is what a host's model decides for the host as a whole
-// (HostEvent), as last reported.
-type hostDecision struct {
-	reason         string // "" while it is pipelined
-	serial, proven bool
-}
-
 // noteDecisionLocked compares the host's decision with the one last
 // reported, and queues a HostEvent if it changed; only while an Observer
 // wants them. p.mu is held.
 func (p *hostPool) noteDecisionLocked() {
 	o := p.t.opts.Observer
-	if o == nil || o.HostLearned == nil || p.model.fixed || p.key.forwardProxy() {
+	if o == nil || o.HostLearned == nil || p.model.Fixed() || p.key.forwardProxy() {
 		return
 	}
-	m := &p.model
-	d := hostDecision{serial: m.serial(), proven: m.proven}
-	switch {
-	case p.t.depth > 1 && m.inFallback():
-		d.reason = "fallback"
-	case m.heads.mixed:
-		d.reason = "late heads"
-	case d.serial && m.order.serviceGap() >= serialDialGap:
-		d.reason = "serial"
-	}
+	d := p.model.Decide(p.t.depth)
 	if d == p.decision {
 		return
 	}
 	p.decision = d
-	p.hostChanged = append(p.hostChanged, HostEvent{Time: m.now(), Host: p.name, Addr: p.key.addr,
-		Pipelining: d.reason == "", Reason: d.reason, Serial: d.serial, Proven: d.proven})
+	p.hostChanged = append(p.hostChanged, HostEvent{Time: p.model.Now(), Host: p.name, Addr: p.key.addr,
+		Pipelining: d.Reason == model.Pipelined, Reason: d.Reason.String(), Serial: d.Serial, Proven: d.Proven})
 }
 
 // observeModel reports the model's changes to the Observer.

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/pipelined/pipelined/internal/model"
 )
 
 func TestResendCauseString(t *testing.T) {
@@ -289,7 +291,7 @@ func TestHostLearned(t *testing.T) {
 		}
 		burst(1) // the route's answers are known: the next bursts are pipelined
 		burst(4)
-		time.Sleep(verdictFor + time.Second)
+		time.Sleep(model.VerdictFor + time.Second)
 		burst(1)
 		burst(4)
 		want := []string{`false "fallback"`, `true ""`, `false "fallback"`}

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pipelined/pipelined/internal/model"
 )
 
 // hostPool is the set of connections to one host (scheme, address and
@@ -42,16 +44,16 @@ type hostPool struct {
 	dials   map[*dialHandle]struct{} // dials in progress
 	tick    uint64                   // logical clock for head ages
 	policy  leastWait
-	// model is what the host's answers taught (model.go): per route
+	// model is what the host's answers taught (internal/model): per route
 	// class, whether requests may be written behind one; and the
 	// host-wide estimates every other decision reads.
-	model hostModel
+	model model.Host
 	// modelChanged are the model's verdict changes not yet reported to
 	// the Observer (observeModel, after mu is released).
 	modelChanged []modelChange
 	// decision is the host's decision as last reported to the Observer,
 	// and hostChanged its changes not yet reported (noteDecisionLocked).
-	decision    hostDecision
+	decision    model.Decision
 	hostChanged []HostEvent
 	// retired counts the connections retired and closed, by reason, for
 	// Stats (counted when they end, with ConnClosed's reason).
@@ -60,7 +62,7 @@ type hostPool struct {
 	h2      atomic.Pointer[h2Host] // set once a dial negotiated HTTP/2; requests go there
 	learned bool                   // a dial succeeded, so the host's protocol is known
 
-	// First answer (see answerWait): until the host has answered a
+	// First answer (see model.FirstResponseWait): until the host has answered a
 	// request on this pool, a pipelineable request is not written behind
 	// another while it could dial; once graceEnd has passed without an
 	// answer, it dials as to a serial host.
@@ -93,7 +95,7 @@ type sched struct {
 	// that carry pipelined requests (canDialLocked), so that a request a
 	// hook sends goes elsewhere instead of waiting for the hook.
 	held int
-	// probeDrain: the host not proven (hostModel.proven), an answer
+	// probeDrain: the host not proven (model.Host.Proven), an answer
 	// came with requests pipelined behind it: the connection takes no more
 	// until it is empty, so that the last of them can prove the host.
 	probeDrain   bool
@@ -215,7 +217,7 @@ func (h *firstHop) pending(now monoTime) time.Duration {
 func newHostPool(t *Transport, key poolKey) *hostPool {
 	p := &hostPool{t: t, key: key, name: key.String()}
 	if t != nil {
-		p.model = newHostModel(t.opts.FixedPolicy)
+		p.model = model.New(t.opts.FixedPolicy, maxBufferedBody)
 	}
 	return p
 }
@@ -325,7 +327,7 @@ func (p *hostPool) joinUnlock(c *pconn, took time.Duration) {
 	}
 	p.conns = append(p.conns, c)
 	p.learned = true
-	p.model.noteRoundTrip(took)
+	p.model.NoteRoundTrip(took)
 	p.startGraceLocked(took)
 	p.startIdleTimerLocked(c)
 	p.startLifeTimerLocked(c)
@@ -360,21 +362,21 @@ func (p *hostPool) assignLocked(c *pconn, a *attempt) httptrace.GotConnInfo {
 		p.tick++
 		s.headTick = p.tick
 		s.reserved = false
-		if p.answered && !p.burst && !p.model.fixed && p.quietLocked(c) {
+		if p.answered && !p.burst && !p.model.Fixed() && p.quietLocked(c) {
 			p.burst, p.burstTimed, p.burstStart = true, false, monoNow()
 		}
 	}
-	if b := p.model.connBudget(); b > 0 && s.assigned >= b {
+	if b := p.model.ConnBudget(); b > 0 && s.assigned >= b {
 		p.retireLocked(c, CloseBudget)
 		s.atBudget = true
 	}
 	if s.kaLimit > 0 && s.assigned >= s.kaLimit {
 		p.retireLocked(c, CloseKeepAliveEnd) // the server accepts no more on it (Keep-Alive max)
 	}
-	if !a.r.pipelineable || a.alone || !a.follow.ok() {
+	if !a.r.pipelineable || a.alone || !a.follow.OK() {
 		// Nothing is written behind it: a request that is not safe
 		// until its final status (gotHeadersLocked), one alone or of a
-		// route not known to answer bounded and quickly (model.go) until
+		// route not known to answer bounded and quickly (internal/model) until
 		// its answer is read.
 		s.exclusive = true
 	}
@@ -383,17 +385,14 @@ func (p *hostPool) assignLocked(c *pconn, a *attempt) httptrace.GotConnInfo {
 		p.retireLocked(c, closeReasonOf(a.r))
 	}
 	m := &p.model
-	m.earn()
+	m.Earn()
 	hol := p.t.holTimeout()
-	a.holAfter = m.earlyAfter(hol)
-	a.streamGap = margin * m.rtt
-	a.probeAfter = 0
-	if !m.proven && !m.fixed {
-		// Whether a is the probe is known when it joins the fifo
-		// (attempt.probing): requests go out in the order they take the
-		// write token, not that of their places.
-		a.probeAfter = m.probeWait(hol)
-	}
+	a.holAfter = m.EarlyAfter(hol)
+	a.streamGap = m.StreamGap()
+	// Whether a is the probe is known when it joins the fifo
+	// (attempt.probing): requests go out in the order they take the
+	// write token, not that of their places.
+	a.probeAfter = m.ProbeWait(hol)
 	if a.r.trace == nil || a.r.trace.GotConn == nil {
 		return httptrace.GotConnInfo{}
 	}
@@ -455,8 +454,8 @@ func (p *hostPool) becameIdleLocked(c *pconn) (done, wentIdle bool, victims []*i
 // for the close to say that its server closes every connection after one
 // response (quietClosed): a close a resting connection sees when it is
 // watched again (restWatch), give or take the noise of a busy machine
-// (lateMin). It is far below servers' idle timeouts (seconds).
-const quickClose = restWatch + lateMin
+// (model.LateMin). It is far below servers' idle timeouts (seconds).
+const quickClose = restWatch + model.LateMin
 
 // quietClosed reports whether a connection that ended with err, with
 // unanswered requests written on it after answered responses, was closed
@@ -497,9 +496,9 @@ func quietClosed(err error, unanswered, answered int, headIdle, headCut bool, id
 func (p *hostPool) gotHeaders(c *pconn, a *attempt, closing, bounded bool) {
 	p.mu.Lock()
 	// A chunked answer of a class whose last answer was bounded and quick
-	// (model.go) counts as one at its head, as a body of known length
+	// (internal/model) counts as one at its head, as a body of known length
 	// read whole does.
-	if bounded || a.tentative && a.follow.ok() {
+	if bounded || a.tentative && a.follow.OK() {
 		p.answerLocked()
 	} else {
 		a.answerAtEnd = true
@@ -510,10 +509,10 @@ func (p *hostPool) gotHeaders(c *pconn, a *attempt, closing, bounded bool) {
 		// Held from its head, not from its first read from the network
 		// (streaming): the waiters dispatched now must not go behind it.
 		c.s.streaming = true
-		p.noteAnswerLocked(a, answerStream)
+		p.noteAnswerLocked(a, model.Stream)
 	case bounded:
-		p.noteAnswerLocked(a, answerBounded)
-	case a.tentative && !a.follow.ok() && !c.s.streaming:
+		p.noteAnswerLocked(a, model.Bounded)
+	case a.tentative && !a.follow.OK() && !c.s.streaming:
 		// A chunked answer of a class not known to be bounded: held
 		// from its head as a stream is, until it ends (hostPool.tentative).
 		c.s.streaming = true
@@ -526,7 +525,7 @@ func (p *hostPool) gotHeaders(c *pconn, a *attempt, closing, bounded bool) {
 }
 
 // answerLocked records an answer of the host: the end of the wait for its
-// first answer, or for a burst's (answerWait, burstWaitLocked). A
+// first answer, or for a burst's (model.FirstResponseWait, burstWaitLocked). A
 // head whose body is chunked, of unknown length or long counts only once
 // that body has ended: its connection is taken until then, and a stream
 // does so for as long as it runs. Counted at its head, it let the
@@ -550,9 +549,9 @@ func (p *hostPool) answerLocked() {
 func (p *hostPool) gotHeadersLocked(c *pconn, a *attempt, closing bool) {
 	s := &c.s
 	if a.proves {
-		p.model.proven = true
+		p.model.NoteProven()
 	}
-	if !p.model.proven && s.inflight >= 2 {
+	if !p.model.Proven() && s.inflight >= 2 {
 		s.probeDrain = true
 	}
 	if (!a.r.pipelineable || a.alone) && a.writeDone == nil {
@@ -577,7 +576,7 @@ func (p *hostPool) gotHeadersLocked(c *pconn, a *attempt, closing bool) {
 				// unannounced closes), others after an error; learned at
 				// once, that count closed every connection (2-4 times
 				// net/http's dials).
-				p.model.budget.noteAnnouncedClose(a.place)
+				p.model.Budget().NoteAnnouncedClose(a.place)
 			}
 		}
 	}
@@ -585,7 +584,7 @@ func (p *hostPool) gotHeadersLocked(c *pconn, a *attempt, closing bool) {
 		p.keepAliveLocked(c, *a.ka, a.place)
 	}
 	if a.bodyLen >= 0 {
-		p.model.noteBody(a.bodyLen)
+		p.model.NoteBody(a.bodyLen)
 	}
 }
 
@@ -602,29 +601,29 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers, hold boo
 		p.gotHeadersLocked(c, a, closing)
 	}
 	if a.timed {
-		p.model.noteOrder(a.gap, a.writeGap, a.shadow)
+		p.model.NoteOrder(a.gap, a.writeGap, a.shadow)
 	}
 	if a.headWait > 0 { // pipelineable requests only (pconn.send)
-		p.model.noteHeadWait(a.headWait)
+		p.model.NoteHeadWait(a.headWait)
 	}
 	s := &c.s
 	s.inflight--
 	c.placed.Store(int32(s.inflight))
 	if headers {
-		p.noteAnswerLocked(a, answerBounded) // a head without a body (HEAD, 204, 304)
+		p.noteAnswerLocked(a, model.Bounded) // a head without a body (HEAD, 204, 304)
 	}
 	if a.tentative && !a.streamed {
-		p.noteAnswerLocked(a, answerBounded)
+		p.noteAnswerLocked(a, model.Bounded)
 		// Read whole as one of known length is: its size counts for
 		// the host's depth as a declared one does (bytesDepth).
-		p.model.noteBody(a.chunkedLen)
+		p.model.NoteBody(a.chunkedLen)
 	}
 	s.served++
 	// A connection that answered more than a count at which others
 	// closed without notice shows that count is not the server's budget
 	// (quietClosed): a server that keeps one closes every connection at
 	// it.
-	p.model.noteServed(s.served)
+	p.model.NoteServed(s.served)
 	s.lastNoBody = a.noBody
 	if s.inflight == 0 {
 		s.probeDrain = false
@@ -632,7 +631,7 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers, hold boo
 	if a.toStream && !a.events {
 		// Read in full sooner than a request behind it would have
 		// waited: its class answers bounded again.
-		p.noteAnswerLocked(a, answerBounded)
+		p.noteAnswerLocked(a, model.Bounded)
 	}
 	if a.streamed || a.heldTentative || a.streamAtHead {
 		// Only a's own stream ends here: after a direct read, the turn
@@ -648,7 +647,7 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers, hold boo
 	}
 	if s.inflight == 0 {
 		if s.atBudget && !s.serverClosed {
-			p.model.budget.noteUnclosed(s.assigned)
+			p.model.Budget().NoteUnclosed(s.assigned)
 		}
 		if put == nil && !p.keepIdleLocked(c) {
 			p.retireLocked(c, CloseIdleLimit)
@@ -681,7 +680,7 @@ func (p *hostPool) responseDone(c *pconn, a *attempt, closing, headers, hold boo
 func (p *hostPool) streaming(c *pconn, a *attempt) {
 	p.mu.Lock()
 	if a.tentative {
-		p.noteAnswerLocked(a, answerStream) // the others are noted at the head
+		p.noteAnswerLocked(a, model.Stream) // the others are noted at the head
 	}
 	c.s.streaming = true
 	p.dispatchLocked() // waiters may dial now (canDialLocked)
@@ -692,12 +691,12 @@ func (p *hostPool) streaming(c *pconn, a *attempt) {
 
 // noteAnswerLocked tells the host's model what a's answer showed of its
 // route class. p.mu is held.
-func (p *hostPool) noteAnswerLocked(a *attempt, kind answerKind) {
+func (p *hostPool) noteAnswerLocked(a *attempt, kind model.Kind) {
 	if !a.r.pipelineable {
 		return // only requests that others could follow are classed
 	}
-	if p.model.noteAnswer(a.r.class, monoNow(), kind, a.headWait, p.t.holTimeout()) {
-		v := p.model.follow(a.r.class)
+	if p.model.NoteResponse(a.r.class, int64(monoNow()), kind, a.headWait, p.t.holTimeout()) {
+		v := p.model.Follow(a.r.class)
 		p.modelChanged = append(p.modelChanged, modelChange{a.r, v})
 		p.waiters.learned(a.r.class, v)
 	}
@@ -705,7 +704,7 @@ func (p *hostPool) noteAnswerLocked(a *attempt, kind answerKind) {
 
 // tentative decides whether requests may be placed behind a's chunked
 // body while it is read from the network: only if its class's last
-// answer was bounded and quick (model.go). Otherwise it holds its
+// answer was bounded and quick (internal/model). Otherwise it holds its
 // connection as a stream does, so that nothing waits behind a stream that
 // is just starting: a request placed behind one waits for the stream's
 // end or HeadOfLineTimeout (bodyStream.checkStream says why it is not
@@ -713,7 +712,7 @@ func (p *hostPool) noteAnswerLocked(a *attempt, kind answerKind) {
 func (p *hostPool) tentative(c *pconn, a *attempt) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if a.follow.ok() || c.s.streaming {
+	if a.follow.OK() || c.s.streaming {
 		return
 	}
 	c.s.streaming = true
@@ -722,14 +721,14 @@ func (p *hostPool) tentative(c *pconn, a *attempt) {
 }
 
 // setSlow marks c's head slow or not. A head late before
-// HeadOfLineTimeout (early: a serial host's, hostModel.earlyAfter)
+// HeadOfLineTimeout (early: a serial host's, model.Host.EarlyAfter)
 // spends the duplicate budget for each request behind it, which is
 // re-sent: those re-sends are optional, the ones at HeadOfLineTimeout are
 // not.
 func (p *hostPool) setSlow(c *pconn, on, early bool) {
 	p.mu.Lock()
 	if on && early && !c.s.slow && c.s.inflight > 1 {
-		p.model.spend(c.s.inflight - 1) // those behind are re-sent
+		p.model.Spend(c.s.inflight - 1) // those behind are re-sent
 	}
 	c.s.slow = on
 	p.dispatchLocked()
@@ -771,7 +770,7 @@ func (p *hostPool) removed(c *pconn) {
 		if len(p.conns) == 0 && p.dialing == 0 && p.answered {
 			// The host's last connection is gone (its idle timeout, or
 			// the server's): the next burst waits for its first answer
-			// as a new pool's does (answerWait). A pool kept for
+			// as a new pool's does (model.FirstResponseWait). A pool kept for
 			// what it learned (learnedLocked) would otherwise pipeline a
 			// burst of slow requests at once, as to a host known fast:
 			// Jetty's, after its 30 s idle close, 3-4 times net/http's
@@ -794,13 +793,13 @@ func (p *hostPool) ended(c *pconn, err error, unanswered, answered int, headIdle
 	if quietClosed(err, unanswered, answered, headIdle, headCut, time.Since(c.s.idleSince)) && !c.s.lastNoBody {
 		// A server (or a proxy) that closes each connection after a
 		// fixed number of requests without saying so: seen twice, that
-		// number becomes the host's budget for verdictFor, so that
+		// number becomes the host's budget for model.VerdictFor, so that
 		// the next connections are not given requests they will not
 		// answer. A close right after an answer without a body (HEAD,
 		// 204, 304) may be the server's response to that answer
 		// (waitress closes after a HEAD whose application wrote no body,
 		// which it takes for a short one): not counted.
-		if p.model.noteQuietClose(answered) {
+		if p.model.NoteQuietClose(answered) {
 			spent = p.retireSpentLocked()
 		}
 	}
@@ -837,7 +836,7 @@ func (p *hostPool) ended(c *pconn, err error, unanswered, answered int, headIdle
 func (p *hostPool) retireSpentLocked() (idle []*pconn) {
 	for _, c := range p.conns {
 		s := &c.s
-		if s.retired || s.assigned < p.model.budget.n {
+		if s.retired || s.assigned < p.model.Budget().N {
 			continue
 		}
 		p.retireLocked(c, CloseBudget)
@@ -955,47 +954,38 @@ func (p *hostPool) learnedLocked() bool {
 	// That a host speaks HTTP/2 costs a new pool one dial at a time until
 	// its first connection says so, as for any host not known yet: not
 	// kept for it.
-	return p.model.learned()
+	return p.model.Learned()
 }
 
 // modelStatsLocked returns what Stats shows of the host's model, at the
 // host's current depth. p.mu is held.
 func (p *hostPool) modelStatsLocked(depth int) HostModel {
-	m := &p.model
+	m := p.model.Stats(p.t.holTimeout(), p.t.depth)
 	s := HostModel{
-		Learning:      !m.fixed,
-		Routes:        len(m.classes),
-		StreamRoutes:  m.streams,
-		LateRoutes:    m.lates,
-		RoundTrip:     m.rtt,
-		ConnBudget:    m.connBudget(),
-		UsualHeadWait: m.heads.usualWait(),
-		LateAfter:     m.lateAfter(p.t.holTimeout()),
-		Serial:        !m.fixed && m.serial(),
-		Proven:        m.fixed || m.proven,
-		Pipelining:    true,
-	}
-	if s.Serial {
-		s.ServiceTime = m.order.serviceGap()
-	}
-	if m.inFallback() {
-		s.FallbackUntil = m.fallbackUntil
-	}
-	if !m.fixed {
-		s.DuplicateBudget = m.dup
+		Learning:        m.Learning,
+		Routes:          m.Routes,
+		StreamRoutes:    m.StreamRoutes,
+		LateRoutes:      m.LateRoutes,
+		RoundTrip:       m.RoundTrip,
+		ConnBudget:      m.ConnBudget,
+		UsualHeadWait:   m.UsualHeadWait,
+		LateAfter:       m.LateAfter,
+		Serial:          m.Serial,
+		Proven:          m.Proven,
+		Pipelining:      true,
+		ServiceTime:     m.ServiceTime,
+		FallbackUntil:   m.FallbackUntil,
+		DuplicateBudget: m.DuplicateBudget,
 	}
 	switch {
 	case p.key.forwardProxy():
 		s.Pipelining, s.Reason = false, "forward proxy"
-	case depth <= 1 && p.t.depth > 1 && !s.FallbackUntil.IsZero():
-		s.Pipelining, s.Reason = false, "fallback"
+	case depth <= 1 && m.Reason == model.Fallback:
+		s.Pipelining, s.Reason = false, m.Reason.String()
 	case depth <= 1:
 		s.Pipelining = false // PipelineDepth 1, or DisableKeepAlives
-	case m.fixed:
-	case m.heads.mixed:
-		s.Pipelining, s.Reason = false, "late heads"
-	case s.Serial && m.order.serviceGap() >= serialDialGap:
-		s.Pipelining, s.Reason = false, "serial"
+	case m.Reason != model.Pipelined:
+		s.Pipelining, s.Reason = false, m.Reason.String()
 	case p.awaitsAnswerLocked() && !p.gainsLocked():
 		s.Pipelining, s.Reason = false, "awaiting answer"
 	}

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/pipelined/pipelined/internal/model"
 )
 
 // TestClosingResponseWithLateBody sends GETs to a server whose response
@@ -312,14 +314,14 @@ func TestPoolLearnsFromPlace(t *testing.T) {
 			tr := NewTransport(TransportOptions{PipelineDepth: 8})
 			defer tr.Close()
 			p := newHostPool(tr, poolKey{})
-			p.model.budget.closeAt = tt.place // the connection before closed at the same count
+			p.model.Budget().CloseAt = tt.place // the connection before closed at the same count
 			c := &pconn{t: tr}
 			c.s.served, c.s.assigned, c.s.inflight = tt.served, tt.assigned, tt.assigned-tt.served
 			c.s.kaFirstMax = tt.firstMax
 			a := &attempt{r: &request{pipelineable: true}, attemptRead: attemptRead{place: tt.place, ka: tt.ka}}
 			p.mu.Lock()
 			p.gotHeadersLocked(c, a, tt.closing)
-			budget, kaLimit := p.model.budget.n, c.s.kaLimit
+			budget, kaLimit := p.model.Budget().N, c.s.kaLimit
 			p.mu.Unlock()
 			if budget != tt.wantBudget {
 				t.Errorf("budget = %d, want %d", budget, tt.wantBudget)
@@ -393,7 +395,7 @@ func TestLargeAnswersLowerDepth(t *testing.T) {
 			if got := depthAfter(256<<10, 20); got != 2 {
 				t.Errorf("depth after 256 KiB answers = %d, want 2", got)
 			}
-			if got := depthAfter(128, 2*memory); got != 10 {
+			if got := depthAfter(128, 2*model.Memory); got != 10 {
 				t.Errorf("depth after small answers again = %d, want 10", got)
 			}
 		})
@@ -453,7 +455,7 @@ func TestLargeAnswersOnTheWire(t *testing.T) {
 	}
 }
 
-// A budget learned from unannounced closes holds for verdictFor, then
+// A budget learned from unannounced closes holds for model.VerdictFor, then
 // is forgotten at the next assignment (and learned again if the server
 // still closes); an announced one holds until a connection serves it
 // without a close.
@@ -473,16 +475,16 @@ func TestQuietBudgetExpires(t *testing.T) {
 			tr := NewTransport(TransportOptions{PipelineDepth: 8})
 			defer tr.Close()
 			p := newHostPool(tr, poolKey{})
-			p.model.budget.n, p.model.budget.quiet = 3, 3
+			p.model.Budget().N, p.model.Budget().Quiet = 3, 3
 			if tt.until != 0 {
-				p.model.budget.until = time.Now().Add(tt.until)
+				p.model.Budget().Until = time.Now().Add(tt.until)
 			}
 			c := &pconn{t: tr}
 			c.s.served, c.s.assigned = 2, 2
 			a := &attempt{r: &request{pipelineable: true}}
 			p.mu.Lock()
 			p.assignLocked(c, a)
-			retired, budget := c.s.retired, p.model.budget.n
+			retired, budget := c.s.retired, p.model.Budget().N
 			p.mu.Unlock()
 			if retired != tt.wantRetired || budget != tt.wantBudget {
 				t.Errorf("after the third assignment: retired %v, budget %d; want %v, %d", retired, budget, tt.wantRetired, tt.wantBudget)
@@ -495,7 +497,7 @@ func TestQuietBudgetExpires(t *testing.T) {
 // which others closed without notice disproves it: a server that keeps a
 // budget closes every connection at it. A candidate count (seen once) is
 // forgotten; a budget learned from such closes too, and none is learned
-// from them for verdictFor after (a faulty network's resets: the
+// from them for model.VerdictFor after (a faulty network's resets: the
 // closes come at random counts, TestFaultyNetworkDials). An announced
 // budget has its own evidence and stays.
 func TestQuietCountDisproved(t *testing.T) {
@@ -520,16 +522,16 @@ func TestQuietCountDisproved(t *testing.T) {
 			tr := NewTransport(TransportOptions{PipelineDepth: 8})
 			defer tr.Close()
 			p := newHostPool(tr, poolKey{})
-			p.model.budget.quiet, p.model.budget.n = tt.quietClose, tt.budget
+			p.model.Budget().Quiet, p.model.Budget().N = tt.quietClose, tt.budget
 			if tt.quiet {
-				p.model.budget.until = time.Now().Add(verdictFor)
+				p.model.Budget().Until = time.Now().Add(model.VerdictFor)
 			}
 			c := &pconn{t: tr}
 			c.s.served, c.s.assigned, c.s.inflight = tt.served-1, tt.served+1, 2
 			p.conns = append(p.conns, c)
 			p.responseDone(c, &attempt{r: &request{pipelineable: true}}, false, false, false)
 			p.mu.Lock()
-			quietClose, budget := p.model.budget.quiet, p.model.budget.n
+			quietClose, budget := p.model.Budget().Quiet, p.model.Budget().N
 			p.mu.Unlock()
 			if quietClose != tt.wantQuietClose || budget != tt.wantBudget {
 				t.Errorf("after answer %d: quietClose %d, budget %d; want %d, %d", tt.served, quietClose, budget, tt.wantQuietClose, tt.wantBudget)
@@ -543,8 +545,8 @@ func TestQuietCountDisproved(t *testing.T) {
 			}
 			p.mu.Lock()
 			learned := 0
-			if !p.model.budget.until.IsZero() {
-				learned = p.model.budget.n
+			if !p.model.Budget().Until.IsZero() {
+				learned = p.model.Budget().N
 			}
 			p.mu.Unlock()
 			if learned != tt.wantLearnsAtCount {
@@ -556,7 +558,7 @@ func TestQuietCountDisproved(t *testing.T) {
 
 // When a host's last connection goes (an idle timeout), a pool kept for
 // what it learned waits for the next burst's first answer as a new pool
-// does (answerWait): a burst of slow requests is not pipelined at
+// does (model.FirstResponseWait): a burst of slow requests is not pipelined at
 // once as to a host known fast.
 func TestPoolLastConnGoneAwaitsAnswer(t *testing.T) {
 	for _, conns := range []int{1, 2} {

@@ -1658,7 +1658,7 @@ printf '%%s' "$REQUEST_URI"
 	// a server that drops what was pipelined, sent again: until a host is
 	// proven to handle pipelining, one request at a time is pipelined
 	// (probeLocked), nothing is written behind a route until it has
-	// answered (model.go), and lighttpd's connections, closed every 5
+	// answered (internal/model), and lighttpd's connections, closed every 5
 	// requests, may go a burst without a request written behind another.
 	for burst := 0; burst < 2 || !srv.useH2 && (pipelinedWrites.Load() == 0 || srv.resends && resends.Load() == 0) && burst < maxBursts; burst++ {
 		if burst > 0 {

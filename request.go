@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/pipelined/pipelined/internal/model"
 )
 
 const defaultUserAgent = "Go-http-client/1.1"
@@ -41,9 +43,9 @@ type request struct {
 	// others and others behind it: safe, not a Connection: close
 	// request, and a head far from servers' limits (headNearLimits).
 	pipelineable bool
-	// class is the request's route class (model.go), for a pipelineable
+	// class is the request's route class (internal/model), for a pipelineable
 	// request only.
-	class      routeClass
+	class      model.Class
 	closeAfter bool // Connection: close is sent; the connection ends with it
 	upgrade    bool // CONNECT or Upgrade: the connection may leave the pool
 	// expectContinue: the body waits for a 100 (expect.go), as net/http:
@@ -180,7 +182,7 @@ func newRequest(t *Transport, req *http.Request, key poolKey) *request {
 	// waits behind nothing, as with net/http.
 	r.pipelineable = r.safe && !upgrade && !r.closeAfter && !headNearLimits(req) && !acceptsEventStream(req.Header["Accept"])
 	if r.pipelineable {
-		r.class = classOf(req, r.method)
+		r.class = model.ClassOf(req, r.method)
 	}
 	r.expectContinue = expect && req.ProtoAtLeast(1, 1)
 	r.upgrade = upgrade
@@ -288,24 +290,24 @@ type attemptCaller struct {
 type attemptPlace struct {
 	// holAfter is how long a may wait at the head of its connection before
 	// the safe requests behind it are re-sent elsewhere, set by the pool
-	// when it places a (model.go, hostModel.earlyAfter); 0: HeadOfLineTimeout.
+	// when it places a (model.Host.EarlyAfter); 0: HeadOfLineTimeout.
 	holAfter time.Duration
 	// probeAfter: a was placed while its host was not proven to handle
 	// pipelining; if it is the probe (probing), how long it may wait, once
 	// at the head with nothing behind it, before a copy of it is sent
-	// elsewhere (model.go, hostModel.probeWait). Set by the pool when it
+	// elsewhere (model.Host.ProbeWait). Set by the pool when it
 	// places a; 0 otherwise.
 	probeAfter time.Duration
 	// streamGap is how long nothing of a chunked answer may arrive before
 	// the answer is taken for a stream (bodyStream.tentative), set by the
 	// pool when it places a: two of the host's round trips (its shortest
-	// dial), at least quickWait.
+	// dial), at least model.QuickWait.
 	streamGap time.Duration
 
 	inflightAtAssign int32 // for the Observer, set by assignLocked
 	// follow: whether requests may be written behind it, from its class
-	// (model.go); set under hostPool.mu when it is placed.
-	follow followVerdict
+	// (internal/model); set under hostPool.mu when it is placed.
+	follow model.Verdict
 	// alone: written alone on its connection: a retry (RFC 9112 §9.3.2),
 	// or a request whose class streams or is late (then toStream too for
 	// a stream: a chunked answer is a stream from its head). Set before
@@ -352,7 +354,7 @@ type attemptWrite struct {
 	wireOff int64    // bytes handed to the connection before this request's first byte
 	sentAt  monoTime // for a pipelined request, when it joined the fifo
 	// writeGap is how long after the request ahead of it a pipelined
-	// request joined the fifo, read by the pool (model.go, serviceOrder).
+	// request joined the fifo, read by the pool (internal/model, serviceOrder).
 	writeGap time.Duration
 	// headAt is when it became the oldest unanswered request on its
 	// connection (written with nothing ahead, or the answer ahead read).
@@ -406,7 +408,7 @@ type attemptRead struct {
 	// Set by the reader for a pipelined request when its headers arrive
 	// (timed): how long after the response ahead of it ended (gap), and
 	// how long after the request joined the fifo that one ended (shadow;
-	// model.go, serviceOrder).
+	// internal/model, serviceOrder).
 	gap, shadow time.Duration
 	// headWait is how long after headAt its headers came, set before the
 	// reader reports the response done (headWaits.note, in
@@ -460,7 +462,7 @@ type attemptStream struct {
 	// events: its answer is a stream of events, server-sent events or a
 	// chunked body of which nothing came for streamGap (not one that only
 	// grew too long to be read whole). Its route class is then a
-	// stream in the host model (hostModel.noteAnswer). Two writers: the reader sets it before it
+	// stream in the host model (model.Host.NoteResponse). Two writers: the reader sets it before it
 	// reports the headers (server-sent events), before the verdict's
 	// timer exists, and clears it at the body's end (read in full sooner
 	// than a request behind would have waited), after bodyStream.stop;

@@ -259,7 +259,7 @@ func TestUnannouncedCloseBudget(t *testing.T) {
 				}
 				p.mu.Lock()
 				defer p.mu.Unlock()
-				return p.model.budget.n
+				return p.model.Budget().N
 			}
 			// A close is seen as late as the next request, or the watch of
 			// the resting connection (restWatch).
@@ -387,7 +387,7 @@ func TestCloseNotBudget(t *testing.T) {
 			budget := 0
 			if p := poolOf(tr, srv.addr); p != nil {
 				p.mu.Lock()
-				budget = p.model.budget.n
+				budget = p.model.Budget().N
 				p.mu.Unlock()
 			}
 			if budget != 0 && !tt.errs {

@@ -6,6 +6,8 @@ import (
 	"net/http/httptrace"
 	"slices"
 	"time"
+
+	"github.com/pipelined/pipelined/internal/model"
 )
 
 // This file is the choice of a connection for a request, the queue of
@@ -20,12 +22,12 @@ import (
 //     request, up to the pipelining threshold (PipelineConnsPerHost,
 //     counting only connections that can carry pipelined requests); for
 //     any other, and for any request to a host that gains nothing from
-//     pipelining (model.go, hostModel.gains), up to MaxConnsPerHost (0: no
+//     pipelining (model.Host.Gains), up to MaxConnsPerHost (0: no
 //     limit, as net/http). The request waits for that dial, or for a
 //     connection that becomes idle first, whichever comes first;
 //  3. for a pipelineable request, the busy connection with the least
 //     expected wait (leastWait.pipeline), once the host has answered
-//     (answerWait);
+//     (model.FirstResponseWait);
 //  4. otherwise it waits in FIFO order, cancellable by its context.
 
 // errPoolGone is returned by acquire when the pool was removed from the
@@ -103,15 +105,15 @@ func (q *waitQueue) remove(w *waiter) bool {
 // Left unseen, each was written alone when its turn came, however its
 // route had answered meanwhile: 16 GETs at once over one connection took
 // 16 answer times instead of 4.
-func (q *waitQueue) learned(c routeClass, v followVerdict) {
+func (q *waitQueue) learned(c model.Class, v model.Verdict) {
 	for _, w := range q.ws {
 		a := w.a
-		if a.follow != followUnseen || a.r.class != c {
+		if a.follow != model.Unseen || a.r.class != c {
 			continue
 		}
 		a.follow = v
-		if v.alone() && !a.alone {
-			a.alone, a.toStream = true, v == followStreams
+		if v.Alone() && !a.alone {
+			a.alone, a.toStream = true, v == model.Streams
 			q.solo++
 		}
 	}
@@ -163,13 +165,13 @@ func (p *hostPool) place(a *attempt) (*pconn, httptrace.GotConnInfo, error) {
 		return nil, httptrace.GotConnInfo{}, &useH2{h}
 	}
 	if a.r.pipelineable {
-		// What its class's last answer showed (model.go): whether
+		// What its class's last answer showed (internal/model): whether
 		// requests may be written behind it, and whether it is written
 		// behind nothing, with its answer a stream from its head.
-		a.follow = p.model.follow(a.r.class)
-		if a.follow.alone() {
+		a.follow = p.model.Follow(a.r.class)
+		if a.follow.Alone() {
 			a.alone = true
-			a.toStream = a.follow == followStreams
+			a.toStream = a.follow == model.Streams
 		}
 	}
 	if p.waiters.len() == 0 {
@@ -281,7 +283,7 @@ func (p *hostPool) hookedDialsLocked() int {
 
 // mayStackLocked reports whether a pipelineable request (held by the
 // pipelining threshold or not) may be written behind others: it may not
-// dial, and, until the host's first answer (answerWait), it
+// dial, and, until the host's first answer (model.FirstResponseWait), it
 // could not dial even beyond the threshold.
 func (p *hostPool) mayStackLocked(held bool) bool {
 	if p.canDialLocked(held) {
@@ -299,7 +301,7 @@ func (p *hostPool) mayStackLocked(held bool) bool {
 // stacked 4 deep on the first one up (the last first chunk after three
 // streams' time, against net/http's one).
 func (p *hostPool) stackOnLocked(depth int) *pconn {
-	if !p.model.proven {
+	if !p.model.Proven() {
 		return p.probeLocked(depth)
 	}
 	c := p.policy.pipeline(p.conns, depth)
@@ -311,7 +313,7 @@ func (p *hostPool) stackOnLocked(depth int) *pconn {
 
 // probeLocked returns the connection a pipelineable request is written on
 // behind others while the host is not proven to handle pipelining
-// (hostModel.proven), or nil. Until then one request at a time is pipelined,
+// (model.Host.Proven), or nil. Until then one request at a time is pipelined,
 // behind a head: the probe. The connection that carries it takes no more
 // until it is empty (probeDrain). A probe written together with its head
 // and answered before anything came after it proves the host. A server
@@ -325,7 +327,7 @@ func (p *hostPool) stackOnLocked(depth int) *pconn {
 // probe's close is a failure before proof, which sets off the depth
 // fallback (notePipelineFailure); the host is probed again after it.
 func (p *hostPool) probeLocked(depth int) *pconn {
-	if p.model.fixed {
+	if p.model.Fixed() {
 		// Learns nothing (TransportOptions.FixedPolicy): pipelined at
 		// its full depth from the start, as if proven.
 		return p.policy.pipeline(p.conns, depth)
@@ -339,12 +341,12 @@ func (p *hostPool) probeLocked(depth int) *pconn {
 }
 
 // dialSoonLocked reports whether a dial in progress started less than
-// margin times the host's dial time ago (quickWait at least): one that
+// margin times the host's dial time ago (model.QuickWait at least): one that
 // hangs holds nobody back for longer. A request it held back is placed
 // at the next dispatch (an answer, a dial's end): what it would have
 // waited behind meanwhile holds its connection.
 func (p *hostPool) dialSoonLocked() bool {
-	soon := max(margin*p.model.rtt, quickWait)
+	soon := p.model.DialSoon()
 	now := monoNow()
 	for d := range p.dials {
 		if d.replaces == nil && time.Duration(now-d.start) < soon { // a replacement's carries nobody's request
@@ -565,35 +567,15 @@ func (leastWait) drainCandidate(conns []*pconn) *pconn {
 // written behind another, while it could dial (MaxConnsPerHost), waits
 // unwritten instead: for a connection that becomes idle, or for the host's
 // first answer, after which it is pipelined as usual; and if no answer
-// comes within answerWait of the host's first connection, it dials, as
+// comes within model.FirstResponseWait of the host's first connection, it dials, as
 // net/http would, until the first answer. A fast server near by costs a
 // burst one round trip; a slow one, a few milliseconds on top of
-// net/http's time; a server far away (a dial of quickWait or more),
+// net/http's time; a server far away (a dial of model.QuickWait or more),
 // nothing.
-
-// answerWait returns how long a request that could dial waits for an
-// answer (the host's first, or its burst's) from the start of that wait
-// (the host's first connection, or the burst's start), given the host's
-// dial time (0: none yet). The wait is the latency traded for
-// connections, and no more than quickWait. An answer comes a round trip
-// after its request's write at the soonest, and a dial takes about one
-// (TCP's handshake; TLS adds more): when the host's dial takes quickWait
-// or longer, no answer can come within the wait, and
-// waiting would only add to the dial that follows. A burst of 20 GETs over
-// a 50 ms round trip (20 ms answers, a Go server) took 1.6-2 times
-// net/http's time when it waited up to twice the dial time (the wait's
-// earlier rule): the answer came after 70 ms, and the rest were
-// then pipelined or dialed.
-func answerWait(dial time.Duration) time.Duration {
-	if dial >= quickWait {
-		return 0
-	}
-	return quickWait
-}
 
 // A host far away. Until a host's first connection is up, the requests
 // beyond the first wait for it: its dial time sets the wait for the first
-// answer (answerWait), and its protocol may be HTTP/2, which takes every
+// answer (model.FirstResponseWait), and its protocol may be HTTP/2, which takes every
 // request on one connection (canDialLocked). A host whose first dial has
 // not made its way to the target (firstHop: TCP, or through a proxy)
 // within farHop is far away, or slow to resolve: that wait would add a
@@ -602,12 +584,12 @@ func answerWait(dial time.Duration) time.Duration {
 // do, and HTTP/2 connections found extra are closed (h2Dialed), as
 // net/http's HTTP/2 pool closes them. A burst of 20 GETs over a 50 ms
 // round trip waited one dial more than net/http over http, and two over
-// https (a TCP dial, then TLS, to learn the protocol). (farHop is in
-// model.go; under the race detector with 50 goroutines starting at once, a
+// https (a TCP dial, then TLS, to learn the protocol). (model.FarHop;
+// under the race detector with 50 goroutines starting at once, a
 // loopback connect took up to 70 ms.)
 
 // farDialLocked ends the wait for the host's first connection (and the
-// first answer's, answerWait of a far host's dial) if a first hop has
+// first answer's, model.FirstResponseWait of a far host's dial) if a first hop has
 // been under way for farHop: see farLocked. Until then it sets
 // graceTimer to look again (startDialLocked sets it for the first look).
 // The time is the hop's own, from its call, not the dial's: a dialing
@@ -649,7 +631,7 @@ func (p *hostPool) startGraceLocked(took time.Duration) {
 	if p.answered || !p.graceEnd.IsZero() {
 		return
 	}
-	d := answerWait(took)
+	d := model.FirstResponseWait(took)
 	p.graceEnd = time.Now().Add(d)
 	if d > 0 {
 		p.armGraceLocked(d)
@@ -682,7 +664,7 @@ func (p *hostPool) armGraceLocked(d time.Duration) {
 // times net/http's time when pipelined four deep at once). A fast server
 // costs a burst's stacked requests one answer's time.
 func (p *hostPool) burstWaitLocked() time.Duration {
-	return answerWait(p.model.rtt)
+	return p.model.BurstWait()
 }
 
 // quietLocked reports whether no connection of p but c has a request in
@@ -717,7 +699,7 @@ func (p *hostPool) burstWaitingLocked() bool {
 // wait for its first answer is not over, or a burst waits for its first
 // answer: a request must not be pipelined while it could dial.
 func (p *hostPool) awaitsAnswerLocked() bool {
-	if p.model.fixed {
+	if p.model.Fixed() {
 		return false
 	}
 	if !p.answered {
@@ -731,7 +713,7 @@ func (p *hostPool) awaitsAnswerLocked() bool {
 // (as far as is known: a host that has not answered within its
 // first-answer wait is dialed like a serial one until it does).
 func (p *hostPool) gainsLocked() bool {
-	if p.model.fixed {
+	if p.model.Fixed() {
 		return true // learns nothing: the pipelining threshold holds
 	}
 	if !p.answered && !p.graceEnd.IsZero() && !time.Now().Before(p.graceEnd) {
@@ -740,5 +722,5 @@ func (p *hostPool) gainsLocked() bool {
 	if p.burst && time.Duration(monoNow()-p.burstStart) >= p.burstWaitLocked() {
 		return false // the burst had no answer within its wait
 	}
-	return p.model.gains()
+	return p.model.Gains()
 }

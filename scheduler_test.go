@@ -14,6 +14,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/pipelined/pipelined/internal/model"
 )
 
 // connState is the scheduling state of a connection in policy tests.
@@ -187,7 +189,8 @@ func TestDispatchQueue(t *testing.T) {
 		tr := NewTransport(TransportOptions{MaxConnsPerHost: len(tt.conns), PipelineDepth: 4})
 		p := newHostPool(tr, poolKey{scheme: "http", addr: "127.0.0.1:1"})
 		p.conns = testConns(tt.conns...)
-		p.answered, p.model.proven = true, true
+		p.answered = true
+		p.model.NoteProven()
 		if tt.nearEnd >= 0 {
 			// Idle for a minute of the 90 s announced: past half of it.
 			p.conns[tt.nearEnd].s.kaIdle = 90 * time.Second
@@ -347,7 +350,7 @@ func TestBurstPlacedOnceAnswered(t *testing.T) {
 					}()
 				}
 				wg.Wait()
-				if took, want := time.Since(start), time.Duration(tt.answers)*tt.delay+quickWait; took > want {
+				if took, want := time.Since(start), time.Duration(tt.answers)*tt.delay+model.QuickWait; took > want {
 					t.Errorf("the burst took %v (%.1f answer times), want at most %v", took, float64(took)/float64(tt.delay), want)
 				}
 			})
@@ -491,7 +494,7 @@ func TestAbandonedHeadCut(t *testing.T) {
 // TestRestartedStreamAlone: a watch restarted from its last
 // resourceVersion that ended soon after its start (read whole before a
 // request behind it would have waited) does not make its route one that
-// requests may follow: its route is unseen again (model.go, noteAnswer), so
+// requests may follow: its route is unseen again (internal/model, noteAnswer), so
 // that the next restart, a stream again, has nothing written behind it.
 // Taken for bounded, that restart had a GET pipelined behind it for as
 // long as the watch ran or HeadOfLineTimeout.
@@ -558,16 +561,16 @@ func TestEnqueueBehindUnfollowable(t *testing.T) {
 	defer client.Close()
 	tests := []struct {
 		name     string
-		follow   followVerdict
+		follow   model.Verdict
 		alone    bool
 		answered bool // the last request's head was read
 		want     bool
 	}{
-		{"behind a known route", followKnown, false, false, true},
-		{"behind an unseen route", followUnseen, false, false, false},
-		{"behind an unseen route answered", followUnseen, false, true, true},
-		{"behind a stream", followStreams, true, false, false},
-		{"behind a retry", followKnown, true, false, false},
+		{"behind a known route", model.Known, false, false, true},
+		{"behind an unseen route", model.Unseen, false, false, false},
+		{"behind an unseen route answered", model.Unseen, false, true, true},
+		{"behind a stream", model.Streams, true, false, false},
+		{"behind a retry", model.Known, true, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -576,7 +579,7 @@ func TestEnqueueBehindUnfollowable(t *testing.T) {
 			c.mu.Lock()
 			c.fifo = []*attempt{last}
 			c.mu.Unlock()
-			if got := c.enqueue(newTestAttempt(tr, followKnown, false), false); got != tt.want {
+			if got := c.enqueue(newTestAttempt(tr, model.Known, false), false); got != tt.want {
 				t.Errorf("enqueue = %v, want %v", got, tt.want)
 			}
 		})
@@ -588,7 +591,7 @@ func TestEnqueueBehindUnfollowable(t *testing.T) {
 
 // newTestAttempt returns an attempt of a GET placed with the given verdict
 // of its route.
-func newTestAttempt(tr *Transport, follow followVerdict, alone bool) *attempt {
+func newTestAttempt(tr *Transport, follow model.Verdict, alone bool) *attempt {
 	req, _ := http.NewRequest(http.MethodGet, "http://mem.test/", nil)
 	a := newAttempt(newRequest(tr, req, poolKey{scheme: "http", addr: "mem.test:80"}), alone)
 	a.follow = follow

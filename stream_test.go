@@ -277,7 +277,7 @@ func TestFullDuplexBody(t *testing.T) {
 // watch, server-sent events without Accept, NDJSON, a long poll, a large
 // download), first time and started again, a burst of GETs to the same
 // host is never written on the stream's connection: its route is not
-// known to answer bounded and quickly (model.go), so nothing waits behind
+// known to answer bounded and quickly (internal/model), so nothing waits behind
 // it, and the server receives each request as often as it was sent. The routes of the
 // GETs carry ids (/items/<n>) and are known from a few answers before.
 func TestNothingBehindUnforeseenStreams(t *testing.T) {

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/pipelined/pipelined/internal/model"
 )
 
 // The tests in this file check the transport's timers under
@@ -80,7 +82,7 @@ func TestTimerHeadOfLine(t *testing.T) {
 }
 
 // TestTimerFirstAnswer: a burst of requests whose route class the host has
-// not answered yet is not pipelined (model.go): each request dials, as
+// not answered yet is not pipelined (internal/model): each request dials, as
 // with net/http, and the burst is answered in one service time, not in
 // three. A burst of a class answered quickly before (warm), once nothing
 // is in flight, waits for its own first answer while it could dial
@@ -99,11 +101,11 @@ func TestTimerFirstAnswer(t *testing.T) {
 		// Answers at once: the burst's callers may start one after another
 		// answer (seen with -cpu 4 under -race), each finding the first
 		// connection idle, and then one dial is right too.
-		{false, 0, 1, 6, quickWait},
+		{false, 0, 1, 6, model.QuickWait},
 		{false, time.Millisecond, 2, 6, 2 * time.Millisecond},
 		{false, 300 * time.Millisecond, 6, 6, 300 * time.Millisecond},
-		{true, 0, 1, 2, quickWait},
-		{true, 300 * time.Millisecond, 6, 6, 300*time.Millisecond + quickWait},
+		{true, 0, 1, 2, model.QuickWait},
+		{true, 300 * time.Millisecond, 6, 6, 300*time.Millisecond + model.QuickWait},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%v warm %v", tt.service, tt.warm), func(t *testing.T) {
@@ -139,8 +141,8 @@ func TestTimerFirstAnswer(t *testing.T) {
 // round trip) that runs a connection's requests one at a time, 20 ms
 // each. net/http, dialing a connection per request, answers every request
 // of the burst in a dial, a round trip and a service time: 120 ms. No
-// answer can come within quickWait over such a round trip, so the
-// requests beyond PipelineConnsPerHost dial at once (answerWait) instead
+// answer can come within model.QuickWait over such a round trip, so the
+// requests beyond PipelineConnsPerHost dial at once (model.FirstResponseWait) instead
 // of waiting for the first answer: when they waited up to twice the dial
 // time, the cold burst took 260 ms and the warm one 230 ms; then 170 (a
 // dial more than net/http's: the rest waited for the first connection)
@@ -155,7 +157,7 @@ func TestTimerFarHost(t *testing.T) {
 	}{
 		// The first dial has not connected within farHop: the rest
 		// dial then (farDialLocked).
-		{false, netHTTP + farHop},
+		{false, netHTTP + model.FarHop},
 		{true, netHTTP},
 	}
 	for _, tt := range tests {
@@ -219,8 +221,8 @@ func TestTimerFarHostTLS(t *testing.T) {
 					tr.Close()
 					time.Sleep(oneWay) // the close_notify alerts reach the server, which ends
 				}()
-				if took := memBurstTo(t, tr, "https://example.com", 6); took > netHTTP+farHop {
-					t.Errorf("burst answered in %v, want at most %v (net/http: %v)", took, netHTTP+farHop, netHTTP)
+				if took := memBurstTo(t, tr, "https://example.com", 6); took > netHTTP+model.FarHop {
+					t.Errorf("burst answered in %v, want at most %v (net/http: %v)", took, netHTTP+model.FarHop, netHTTP)
 				}
 				synctest.Wait()
 				s := tr.Stats()["https://example.com:443"]
@@ -253,8 +255,8 @@ func TestTimerStreamBurst(t *testing.T) {
 		slowDials bool // the first dial takes 3 ms, the others 4
 		wantFirst time.Duration
 	}{
-		{false, 0, 2, false, 2 * quickWait},
-		{true, 0, 2, false, 2 * quickWait},
+		{false, 0, 2, false, 2 * model.QuickWait},
+		{true, 0, 2, false, 2 * model.QuickWait},
 		// All four dialed at once (the threshold is MaxConnsPerHost), the
 		// first up before the others.
 		{false, 4, 0, true, stream + 10*time.Millisecond},
@@ -387,7 +389,7 @@ func memServeSlowOnce(slow time.Duration, once *atomic.Bool, delay func(string) 
 
 // TestTimerPipeliningProbe sends bursts of 8 GETs to a new host over 2
 // connections of depth 4. A server that leaves what came with the request
-// ahead (gthread) stalls one request, the probe, for lateMin: a copy
+// ahead (gthread) stalls one request, the probe, for model.LateMin: a copy
 // of it is then answered on another connection, and the host falls back to
 // depth 1. Before, every request written behind another waited for the
 // server's idle close (3 of 8 in one burst); then the probe did; and a
@@ -409,11 +411,11 @@ func TestTimerPipeliningProbe(t *testing.T) {
 		proven   bool          // the host is proven within 10 bursts, never falling back (else: never)
 		maxExtra int32         // requests served beyond those sent (counted if delay > 0)
 	}{
-		{"one per read", func(func(string) time.Duration) func(int, net.Conn, *bufio.Reader) { return memServeOnePerRead(idle) }, 0, lateMin, false, 0},
+		{"one per read", func(func(string) time.Duration) func(int, net.Conn, *bufio.Reader) { return memServeOnePerRead(idle) }, 0, model.LateMin, false, 0},
 		{"serial", memServeSerial, time.Millisecond, 50 * time.Millisecond, true, 0},
-		{"serial, slower than a probe's wait", memServeSerial, 2 * lateMin, 8 * 2 * lateMin, true, 1},
+		{"serial, slower than a probe's wait", memServeSerial, 2 * model.LateMin, 8 * 2 * model.LateMin, true, 1},
 		{"serial, the first pipelined request slow", func(delay func(string) time.Duration) func(int, net.Conn, *bufio.Reader) {
-			return memServeSlowOnce(3*lateMin/2, new(atomic.Bool), delay)
+			return memServeSlowOnce(3*model.LateMin/2, new(atomic.Bool), delay)
 		}, time.Millisecond, time.Second, true, 1},
 	}
 	for _, tt := range tests {
@@ -433,7 +435,7 @@ func TestTimerPipeliningProbe(t *testing.T) {
 					}
 					p.mu.Lock()
 					defer p.mu.Unlock()
-					return p.model.proven, !p.model.fallbackUntil.IsZero()
+					return p.model.Proven(), p.model.InFallback()
 				}
 				var longest atomic.Int64
 				sent := 0
@@ -540,7 +542,7 @@ func TestTimerIdleConn(t *testing.T) {
 
 // A host that drops every pipelined request falls back to depth 1 at its
 // first failure, having never answered a pipelined request; the fallback
-// ends after verdictFor, and the next one, earned at the next failure,
+// ends after model.VerdictFor, and the next one, earned at the next failure,
 // lasts as long.
 func TestTimerFallbackExpires(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -548,7 +550,7 @@ func TestTimerFallbackExpires(t *testing.T) {
 		// connection when a second one arrives pipelined.
 		depth, burst, stop := fallbackHost(nil, func(net.Conn, *http.Request) bool { return false })
 		defer stop()
-		for i, want := range []time.Duration{verdictFor, verdictFor} {
+		for i, want := range []time.Duration{model.VerdictFor, model.VerdictFor} {
 			burst()
 			if d := depth(); d != 1 {
 				t.Fatalf("fallback %d: depth = %d after a burst whose pipelined requests were dropped, want 1", i, d)
@@ -691,7 +693,7 @@ func TestTimerSerialHostEarlyResend(t *testing.T) {
 		serial := func() (bool, int) {
 			p.mu.Lock()
 			defer p.mu.Unlock()
-			return p.model.serial(), p.depthLocked()
+			return p.model.Serial(), p.depthLocked()
 		}
 		for i := 0; ; i++ {
 			memBurst(t, tr, 8)
@@ -777,7 +779,7 @@ func testTimerMixedSerialHost(t *testing.T, depth int) {
 		state := func() (serial, mixed bool, depth int) {
 			p.mu.Lock()
 			defer p.mu.Unlock()
-			return p.model.serial(), p.model.order.mixed, p.depthLocked()
+			return p.model.Serial(), p.model.SerialFromMixed(), p.depthLocked()
 		}
 		for i := 0; ; i++ {
 			burst()
@@ -786,10 +788,9 @@ func testTimerMixedSerialHost(t *testing.T, depth int) {
 			}
 			if i == 100 {
 				p.mu.Lock()
-				o := p.model.order
-				score, quick, slow := o.score.v, o.afterQuick, o.afterSlow
+				evidence := p.model.OrderEvidence()
 				p.mu.Unlock()
-				t.Fatalf("no mixed serial verdict: score %.2f, after quick %+v, after slow %+v", score, quick, slow)
+				t.Fatalf("no mixed serial verdict: %s", evidence)
 			}
 		}
 		if _, _, depth := state(); depth != 1 {
@@ -810,7 +811,7 @@ func testTimerMixedSerialHost(t *testing.T, depth int) {
 // TestTimerChunkedReadAhead: a chunked answer whose rest is still coming
 // (a bounded one its server did not measure, as net/http's server sends
 // any body over 2 KiB) has a request placed behind it once its route's
-// last answer was bounded (model.go), and not before; one of a route never
+// last answer was bounded (internal/model), and not before; one of a route never
 // seen has nothing behind it. One connection, depth 4: each round sends a
 // request, and a second one while the first's answer is half written.
 // The second's GotConn says whether it was written behind the first
@@ -1055,8 +1056,8 @@ func TestTimerEventStreamBeside(t *testing.T) {
 				if err := <-slow; err != nil {
 					t.Errorf("/slow: %v", err)
 				}
-				if v := routeVerdict(tr, http.MethodGet, "http://mem.test/bulk"); v != followKnown {
-					t.Errorf("/bulk's class is %v after an event stream, want %v", v, followKnown)
+				if v := routeVerdict(tr, http.MethodGet, "http://mem.test/bulk"); v != model.Known {
+					t.Errorf("/bulk's class is %v after an event stream, want %v", v, model.Known)
 				}
 			})
 		})
@@ -1126,7 +1127,7 @@ func TestTimerChunkedBuffer(t *testing.T) {
 // still arriving and not taken for a stream is drained if its rest comes
 // within drainWait, and its connection serves the next request; one closed
 // once taken for a stream of events (a pause past its gap, or server-sent
-// events from its head) is drained only within lateMin, and otherwise
+// events from its head) is drained only within model.LateMin, and otherwise
 // closes its connection, so that its server learns that nobody reads it
 // (Go 1.27's net/http waits 50 ms for any body; earlier releases close
 // the connection).
@@ -1252,27 +1253,27 @@ func TestTimerRouteClasses(t *testing.T) {
 		for _, step := range []struct {
 			name                 string
 			do                   func()
-			watch, big, plainGet followVerdict
+			watch, big, plainGet model.Verdict
 		}{
-			{"nothing yet", func() {}, followUnseen, followUnseen, followUnseen},
-			{"a bulk chunked answer", func() { <-memGet(tr, "/watch") }, followUnseen, followUnseen, followKnown},
+			{"nothing yet", func() {}, model.Unseen, model.Unseen, model.Unseen},
+			{"a bulk chunked answer", func() { <-memGet(tr, "/watch") }, model.Unseen, model.Unseen, model.Known},
 			{"a chunked body too long to be read whole", func() {
 				if got := <-memGet(tr, "/big"); len(got) != big {
 					t.Fatalf("/big: %d bytes, want %d", len(got), big)
 				}
-			}, followUnseen, followStreams, followKnown},
-			{"a stream of events", func() { watch(2 * time.Second) }, followStreams, followStreams, followKnown},
-			{"the class's stream again", func() { watch(2 * time.Second) }, followStreams, followStreams, followKnown},
+			}, model.Unseen, model.Streams, model.Known},
+			{"a stream of events", func() { watch(2 * time.Second) }, model.Streams, model.Streams, model.Known},
+			{"the class's stream again", func() { watch(2 * time.Second) }, model.Streams, model.Streams, model.Known},
 			{"a bulk answer of the class", func() {
 				bulkWatch.Store(true)
 				<-memGet(tr, "/watch?stream=3")
-			}, followUnseen, followStreams, followKnown},
-			{"a second bulk answer", func() { <-memGet(tr, "/watch?stream=4") }, followKnown, followStreams, followKnown},
+			}, model.Unseen, model.Streams, model.Known},
+			{"a second bulk answer", func() { <-memGet(tr, "/watch?stream=4") }, model.Known, model.Streams, model.Known},
 		} {
 			step.do()
 			for _, c := range []struct {
 				url  string
-				want followVerdict
+				want model.Verdict
 			}{{watchURL, step.watch}, {bigURL, step.big}, {plainURL, step.plainGet}} {
 				if got := routeVerdict(tr, http.MethodGet, c.url); got != c.want {
 					t.Errorf("after %s: %s's class is %v, want %v", step.name, c.url, got, c.want)
@@ -1311,7 +1312,7 @@ func TestTimerLateHeadsDial(t *testing.T) {
 				})}
 				tr := NewTransport(TransportOptions{DialContext: srv.dial, PipelineConnsPerHost: 1, PipelineDepth: 4, HeadOfLineTimeout: time.Hour})
 				defer tr.Close()
-				for range memory { // the late average is known
+				for range model.Memory { // the late average is known
 					if got := <-memGet(tr, "/x/1"); got != "/x/1" {
 						t.Fatalf("/x/1 = %q", got)
 					}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/pipelined/pipelined/internal/model"
 )
 
 // Defaults used when a [TransportOptions] field is zero.
@@ -460,7 +462,7 @@ type Transport struct {
 	handOvers atomic.Int64
 	// farHop is how long a host's first dial's first hop takes before the
 	// host counts as far away (scheduler.go, farDialLocked): the constant
-	// farHop, or testHookFarHop.
+	// model.FarHop, or testHookFarHop.
 	farHop time.Duration
 }
 
@@ -494,7 +496,7 @@ func NewTransport(opts TransportOptions) *Transport {
 func (t *Transport) init() {
 	opts := t.opts
 	t.pools = make(map[poolKey]*hostPool)
-	t.restWatch, t.farHop = restWatch, farHop
+	t.restWatch, t.farHop = restWatch, model.FarHop
 	if testHookRestWatch > 0 {
 		t.restWatch = testHookRestWatch
 	}

@@ -1,4 +1,4 @@
-package pipelined
+package model
 
 import (
 	"fmt"
@@ -9,8 +9,12 @@ import (
 	"time"
 )
 
+// readAhead is the transport's read-ahead buffer of a response's body
+// (maxBufferedBody), which New is given.
+const readAhead = 256 << 10
+
 func TestClassOf(t *testing.T) {
-	class := func(method, url string, accept ...string) routeClass {
+	class := func(method, url string, accept ...string) Class {
 		req, err := http.NewRequest(method, url, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -18,12 +22,12 @@ func TestClassOf(t *testing.T) {
 		for _, a := range accept {
 			req.Header.Add("Accept", a)
 		}
-		return classOf(req, method)
+		return ClassOf(req, method)
 	}
-	get := func(url string) routeClass { return class(http.MethodGet, url) }
+	get := func(url string) Class { return class(http.MethodGet, url) }
 	for _, tt := range []struct {
 		name string
-		a, b routeClass
+		a, b Class
 		same bool
 	}{
 		{"ids with digits", get("http://h/items/8f3a19c2"), get("http://h/items/77c2d0e1"), true},
@@ -41,7 +45,7 @@ func TestClassOf(t *testing.T) {
 		{"same accept", class(http.MethodGet, "http://h/a/1", "application/json"), class(http.MethodGet, "http://h/a/2", "application/json"), true},
 	} {
 		if got := tt.a == tt.b; got != tt.same {
-			t.Errorf("%s: classOf equal = %v, want %v", tt.name, got, tt.same)
+			t.Errorf("%s: ClassOf equal = %v, want %v", tt.name, got, tt.same)
 		}
 	}
 }
@@ -49,16 +53,16 @@ func TestClassOf(t *testing.T) {
 func TestClassOfAllocs(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodGet, "http://h/api/v1/namespaces/ns/pods/web-7d9f?watch=1&resourceVersion=12", nil)
 	req.Header.Set("Accept", "application/json")
-	if n := testing.AllocsPerRun(100, func() { classOf(req, http.MethodGet) }); n != 0 {
-		t.Errorf("classOf allocates %v times, want 0", n)
+	if n := testing.AllocsPerRun(100, func() { ClassOf(req, http.MethodGet) }); n != 0 {
+		t.Errorf("ClassOf allocates %v times, want 0", n)
 	}
 }
 
-// modelStep is one observation fed to a hostModel in a scenario: an
+// modelStep is one observation fed to a Host in a scenario: an
 // answer of a class, or (class 0, kind 0, headWait only) a head wait.
 type modelStep struct {
-	class    routeClass
-	kind     answerKind
+	class    Class
+	kind     Kind
 	headWait time.Duration
 }
 
@@ -74,17 +78,17 @@ func repeat(n int, s modelStep) []modelStep {
 // observations under a fake clock, and checks each verdict.
 func TestHostModel(t *testing.T) {
 	const (
-		list  routeClass = 1 // a REST list or item route: small, quick answers
-		watch routeClass = 2 // a watch, an SSE feed, a log follow
-		poll  routeClass = 3 // a long poll
-		big   routeClass = 4 // a download too large to read ahead
-		other routeClass = 5 // never seen
+		list  Class = 1 // a REST list or item route: small, quick answers
+		watch Class = 2 // a watch, an SSE feed, a log follow
+		poll  Class = 3 // a long poll
+		big   Class = 4 // a download too large to read ahead
+		other Class = 5 // never seen
 	)
 	const hol = time.Second
-	quick := func(c routeClass) modelStep { return modelStep{c, answerBounded, 2 * time.Millisecond} }
-	stream := func(c routeClass) modelStep { return modelStep{c, answerStream, 2 * time.Millisecond} }
-	slow := func(c routeClass, d time.Duration) modelStep { return modelStep{c, answerBounded, d} }
-	type want map[routeClass]followVerdict
+	quick := func(c Class) modelStep { return modelStep{c, Bounded, 2 * time.Millisecond} }
+	stream := func(c Class) modelStep { return modelStep{c, Stream, 2 * time.Millisecond} }
+	slow := func(c Class, d time.Duration) modelStep { return modelStep{c, Bounded, d} }
+	type want map[Class]Verdict
 	for _, tt := range []struct {
 		name  string
 		fixed bool
@@ -92,63 +96,63 @@ func TestHostModel(t *testing.T) {
 		want  want
 	}{
 		{"a new host: nothing is followed", false, nil,
-			want{list: followUnseen, watch: followUnseen}},
+			want{list: Unseen, watch: Unseen}},
 		{"a quick bounded answer makes its class followable", false,
 			[]modelStep{quick(list)},
-			want{list: followKnown, watch: followUnseen, other: followUnseen}},
+			want{list: Known, watch: Unseen, other: Unseen}},
 		{"a watch streams: never followed, its neighbours still are", false,
 			[]modelStep{quick(list), quick(list), stream(watch)},
-			want{list: followKnown, watch: followStreams}},
+			want{list: Known, watch: Streams}},
 		{"a watch restarted stays a stream", false,
 			[]modelStep{quick(list), stream(watch), quick(list), stream(watch), stream(watch)},
-			want{list: followKnown, watch: followStreams}},
+			want{list: Known, watch: Streams}},
 		{"a bulk answer of a stream class forgets it", false,
 			[]modelStep{quick(list), stream(watch), quick(watch)},
-			want{watch: followUnseen}},
+			want{watch: Unseen}},
 		{"a stream class answered whole twice is followed", false,
 			[]modelStep{quick(list), stream(watch), quick(watch), quick(watch)},
-			want{watch: followKnown}},
+			want{watch: Known}},
 		{"a long poll is late, even as the host's first answer", false,
 			[]modelStep{slow(poll, 2*time.Second)},
-			want{poll: followLate}},
+			want{poll: Late}},
 		{"a long poll beside quick answers", false,
 			[]modelStep{quick(list), quick(list), slow(poll, 2*time.Second), quick(list)},
-			want{list: followKnown, poll: followLate}},
+			want{list: Known, poll: Late}},
 		{"late: 20 usual waits, never before 50 ms", false,
 			[]modelStep{quick(list), slow(poll, 60*time.Millisecond)},
-			want{poll: followLate}},
+			want{poll: Late}},
 		{"not late below 50 ms", false,
 			[]modelStep{quick(list), slow(poll, 45*time.Millisecond)},
-			want{poll: followKnown}},
+			want{poll: Known}},
 		{"a slow host's usual answers are not late", false,
 			[]modelStep{slow(list, 200*time.Millisecond), slow(list, 210*time.Millisecond)},
-			want{list: followKnown}},
+			want{list: Known}},
 		{"a late class stays late after one quick answer", false,
 			[]modelStep{quick(list), slow(poll, 2*time.Second), quick(poll)},
-			want{poll: followLate}},
+			want{poll: Late}},
 		{"a quick class slow once is not late", false,
 			append(repeat(10, quick(list)), slow(list, 200*time.Millisecond), quick(list)),
-			want{list: followKnown}},
+			want{list: Known}},
 		{"a late class that answers quickly long enough", false,
 			append([]modelStep{quick(list), slow(poll, 200*time.Millisecond)}, repeat(60, quick(poll))...),
-			want{poll: followKnown}},
+			want{poll: Known}},
 		{"a large download streams", false,
 			[]modelStep{quick(list), stream(big)},
-			want{big: followStreams, list: followKnown}},
+			want{big: Streams, list: Known}},
 		{"fixed: everything is followed, nothing learned", true,
 			[]modelStep{stream(watch), slow(poll, 2*time.Second)},
-			want{watch: followFixed, poll: followFixed, other: followFixed}},
+			want{watch: Fixed, poll: Fixed, other: Fixed}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			m := newHostModel(tt.fixed)
-			var now monoTime
+			m := New(tt.fixed, readAhead)
+			var now int64
 			for _, s := range tt.steps {
-				now += monoTime(time.Millisecond)
-				m.noteHeadWait(s.headWait)
-				m.noteAnswer(s.class, now, s.kind, s.headWait, hol)
+				now += int64(time.Millisecond)
+				m.NoteHeadWait(s.headWait)
+				m.NoteResponse(s.class, now, s.kind, s.headWait, hol)
 			}
 			for c, w := range tt.want {
-				if got := m.follow(c); got != w {
+				if got := m.Follow(c); got != w {
 					t.Errorf("follow(%d) = %v, want %v", c, got, w)
 				}
 			}
@@ -159,49 +163,49 @@ func TestHostModel(t *testing.T) {
 // TestHostModelBounded: a host's model holds at most maxClasses classes,
 // forgetting the one seen least recently, and its tallies stay exact.
 func TestHostModelBounded(t *testing.T) {
-	m := newHostModel(false)
-	var now monoTime
+	m := New(false, readAhead)
+	var now int64
 	for i := range 3 * maxClasses {
-		now += monoTime(time.Millisecond)
-		kind := answerBounded
+		now += int64(time.Millisecond)
+		kind := Bounded
 		if i%3 == 0 {
-			kind = answerStream
+			kind = Stream
 		}
-		m.noteAnswer(routeClass(i), now, kind, time.Millisecond, time.Second)
+		m.NoteResponse(Class(i), now, kind, time.Millisecond, time.Second)
 	}
 	if n := len(m.classes); n != maxClasses {
 		t.Fatalf("%d classes, want %d", n, maxClasses)
 	}
 	streams := 0
 	for _, s := range m.classes {
-		if s.last == answerStream {
+		if s.last == Stream {
 			streams++
 		}
 	}
 	if streams != m.streams {
 		t.Errorf("streams tally %d, want %d", m.streams, streams)
 	}
-	if got := m.follow(routeClass(0)); got != followUnseen {
-		t.Errorf("the oldest class: %v, want forgotten (%v)", got, followUnseen)
+	if got := m.Follow(Class(0)); got != Unseen {
+		t.Errorf("the oldest class: %v, want forgotten (%v)", got, Unseen)
 	}
-	if got := m.follow(routeClass(3*maxClasses - 1)); got != followKnown {
-		t.Errorf("the newest class: %v, want %v", got, followKnown)
+	if got := m.Follow(Class(3*maxClasses - 1)); got != Known {
+		t.Errorf("the newest class: %v, want %v", got, Known)
 	}
 }
 
 // TestHostModelChanged: noteAnswer reports a change of verdict, and only
 // then (the Observer's RouteLearned).
 func TestHostModelChanged(t *testing.T) {
-	m := newHostModel(false)
+	m := New(false, readAhead)
 	var got []string
 	for i, s := range []struct {
-		kind answerKind
+		kind Kind
 		wait time.Duration
-	}{{answerBounded, time.Millisecond}, {answerBounded, time.Millisecond}, {answerStream, time.Millisecond}, {answerStream, 0},
-		{answerBounded, time.Millisecond}, {answerBounded, 3 * time.Second}, {answerBounded, 3 * time.Second}, {answerBounded, 3 * time.Second},
-		{answerStream, 0}} {
-		if m.noteAnswer(7, monoTime(i), s.kind, s.wait, time.Second) {
-			got = append(got, m.follow(7).String())
+	}{{Bounded, time.Millisecond}, {Bounded, time.Millisecond}, {Stream, time.Millisecond}, {Stream, 0},
+		{Bounded, time.Millisecond}, {Bounded, 3 * time.Second}, {Bounded, 3 * time.Second}, {Bounded, 3 * time.Second},
+		{Stream, 0}} {
+		if m.NoteResponse(7, int64(i), s.kind, s.wait, time.Second) {
+			got = append(got, m.Follow(7).String())
 		}
 	}
 	if want := []string{"bounded", "stream", "unseen", "late", "stream"}; fmt.Sprint(got) != fmt.Sprint(want) {
@@ -213,7 +217,7 @@ func BenchmarkClassOf(b *testing.B) {
 	req, _ := http.NewRequest(http.MethodGet, "http://h/api/v1/namespaces/ns/pods/web-7d9f?watch=1&resourceVersion=12", nil)
 	req.Header.Set("Accept", "application/json")
 	for b.Loop() {
-		classOf(req, http.MethodGet)
+		ClassOf(req, http.MethodGet)
 	}
 }
 
@@ -221,16 +225,16 @@ func BenchmarkClassOf(b *testing.B) {
 // negative value), lateness is the host's own: 20 usual waits, at least
 // 50 ms.
 func TestHostModelNoHeadOfLineTimeout(t *testing.T) {
-	m := newHostModel(false)
+	m := New(false, readAhead)
 	for i, s := range []struct {
-		c    routeClass
+		c    Class
 		wait time.Duration
 	}{{1, 2 * time.Millisecond}, {1, 2 * time.Millisecond}, {2, 60 * time.Millisecond}, {3, 40 * time.Millisecond}} {
-		m.noteHeadWait(s.wait)
-		m.noteAnswer(s.c, monoTime(i), answerBounded, s.wait, -1)
+		m.NoteHeadWait(s.wait)
+		m.NoteResponse(s.c, int64(i), Bounded, s.wait, -1)
 	}
-	for c, want := range map[routeClass]followVerdict{1: followKnown, 2: followLate, 3: followKnown} {
-		if got := m.follow(c); got != want {
+	for c, want := range map[Class]Verdict{1: Known, 2: Late, 3: Known} {
+		if got := m.Follow(c); got != want {
 			t.Errorf("follow(%d) = %v, want %v", c, got, want)
 		}
 	}
@@ -276,52 +280,52 @@ func TestSerialVerdict(t *testing.T) {
 		mixed   bool // the verdict came from the mixed rates: not pipelined (serialDepth)
 	}{
 		{"serial server, burst", rep(scoreKnown, s{ms, 0, 0}), true, false},
-		{"concurrent server, burst", rep(2*memory, s{10 * us, 0, 0}), false, false},
-		{"closed loop: writes spaced as answers", rep(2*memory, s{ms, ms, 0}), false, false},
+		{"concurrent server, burst", rep(2*Memory, s{10 * us, 0, 0}), false, false},
+		{"closed loop: writes spaced as answers", rep(2*Memory, s{ms, ms, 0}), false, false},
 		{"too few", rep(scoreKnown-1, s{ms, 0, 0}), false, false},
-		{"still serial after a few answers that came together", append(rep(memory, s{ms, 0, 0}), rep(memory/2, s{10 * us, 0, 0})...), true, false},
-		{"revoked by answers that came together", append(rep(memory, s{ms, 0, 0}), rep(2*memory, s{10 * us, 0, 0})...), false, false},
-		{"one answer read late does not revoke", append(append(rep(memory, s{ms, 0, 0}), s{0, 0, 0}), rep(2, s{ms, 0, 0})...), true, false},
-		{"serial server, mixed service times", mixed(2*memory, true), true, true},
-		{"serial server, mixed, too few to tell", mixed(2*memory-2, true), false, false},
-		{"serial server, mixed, writes spaced as answers", spaced(mixed(2*memory, true)), true, true},
-		{"concurrent server, mixed, writes spaced as answers", spaced(mixed(2*memory, false)), false, false},
-		{"concurrent server, mixed service times", mixed(2*memory, false), false, false},
-		{"serial, mixed, a run of quick answers does not revoke", append(mixed(2*memory, true), rep(8, s{10 * us, 0, 0})...), true, true},
-		{"score's verdict overruled by mixed evidence", append(mixed(4*memory, false), rep(5, s{ms, 0, 0})...), false, false},
+		{"still serial after a few answers that came together", append(rep(Memory, s{ms, 0, 0}), rep(Memory/2, s{10 * us, 0, 0})...), true, false},
+		{"revoked by answers that came together", append(rep(Memory, s{ms, 0, 0}), rep(2*Memory, s{10 * us, 0, 0})...), false, false},
+		{"one answer read late does not revoke", append(append(rep(Memory, s{ms, 0, 0}), s{0, 0, 0}), rep(2, s{ms, 0, 0})...), true, false},
+		{"serial server, mixed service times", mixed(2*Memory, true), true, true},
+		{"serial server, mixed, too few to tell", mixed(2*Memory-2, true), false, false},
+		{"serial server, mixed, writes spaced as answers", spaced(mixed(2*Memory, true)), true, true},
+		{"concurrent server, mixed, writes spaced as answers", spaced(mixed(2*Memory, false)), false, false},
+		{"concurrent server, mixed service times", mixed(2*Memory, false), false, false},
+		{"serial, mixed, a run of quick answers does not revoke", append(mixed(2*Memory, true), rep(8, s{10 * us, 0, 0})...), true, true},
+		{"score's verdict overruled by mixed evidence", append(mixed(4*Memory, false), rep(5, s{ms, 0, 0})...), false, false},
 	}
 	for _, tt := range tests {
 		clock := newFakeClock()
-		m := hostModel{clock: clock.now}
+		m := Host{clock: clock.now}
 		for _, a := range tt.answers {
 			clock.advance(time.Millisecond)
-			m.noteOrder(a.gap, a.writeGap, a.shadow)
+			m.NoteOrder(a.gap, a.writeGap, a.shadow)
 		}
-		if got := m.serial(); got != tt.want {
+		if got := m.Serial(); got != tt.want {
 			t.Errorf("%s: serial = %v (score %.2f), want %v", tt.name, got, m.order.score.v, tt.want)
 		}
-		if got := m.serial() && m.order.mixed; got != tt.mixed {
+		if got := m.Serial() && m.order.mixed; got != tt.mixed {
 			t.Errorf("%s: serial and mixed = %v, want %v", tt.name, got, tt.mixed)
 		}
 	}
 }
 
-// TestSerialVerdictExpires: the serial verdict holds verdictFor after its
+// TestSerialVerdictExpires: the serial verdict holds VerdictFor after its
 // last evidence.
 func TestSerialVerdictExpires(t *testing.T) {
 	clock := newFakeClock()
-	m := hostModel{clock: clock.now}
-	for range memory {
-		m.noteOrder(time.Millisecond, 0, 0)
+	m := Host{clock: clock.now}
+	for range Memory {
+		m.NoteOrder(time.Millisecond, 0, 0)
 	}
 	var after time.Duration
 	for _, tt := range []struct {
 		after time.Duration
 		want  bool
-	}{{0, true}, {verdictFor - time.Second, true}, {verdictFor, false}} {
+	}{{0, true}, {VerdictFor - time.Second, true}, {VerdictFor, false}} {
 		clock.advance(tt.after - after)
 		after = tt.after
-		if got := m.serial(); got != tt.want {
+		if got := m.Serial(); got != tt.want {
 			t.Errorf("serial %v after the last evidence = %v, want %v", tt.after, got, tt.want)
 		}
 	}
@@ -336,15 +340,15 @@ func (c *fakeClock) advance(d time.Duration) { c.t = c.t.Add(d) }
 
 // TestMixedOrder: mixedOrder(afterQuick, afterSlow) = got, want want.
 func TestMixedOrder(t *testing.T) {
-	known := func(rate float64) estimate { return estimate{n: memory, v: rate} }
+	known := func(rate float64) estimate { return estimate{n: Memory, v: rate} }
 	tests := []struct {
 		name              string
 		afterQuick, after estimate
 		want              order
 	}{
 		{"nothing yet", estimate{}, estimate{}, orderUnknown},
-		{"too few behind slow answers", known(0.4), estimate{n: memory - 1, v: 0.4}, orderUnknown},
-		{"too few behind quick answers", estimate{n: memory - 1, v: 0.4}, known(0.4), orderUnknown},
+		{"too few behind slow answers", known(0.4), estimate{n: Memory - 1, v: 0.4}, orderUnknown},
+		{"too few behind quick answers", estimate{n: Memory - 1, v: 0.4}, known(0.4), orderUnknown},
 		{"hardly any long answers", known(mixedMinRate * 0.9), known(0), orderUnknown},
 		{"as often behind slow answers", known(0.3), known(0.3), orderSerial},
 		{"at the serial threshold", known(0.5), known(0.3), orderSerial},
@@ -360,19 +364,19 @@ func TestMixedOrder(t *testing.T) {
 	}
 }
 
-// TestEstimate: an estimate is the mean of its first memory observations,
-// then moves by 1/memory of each new one.
+// TestEstimate: an estimate is the mean of its first Memory observations,
+// then moves by 1/Memory of each new one.
 func TestEstimate(t *testing.T) {
 	var e estimate
-	for i := range memory {
+	for i := range Memory {
 		e.add(fromBool(i%4 == 0))
 	}
 	if want := 0.25; !e.known() || math.Abs(e.v-want) > 1e-9 {
-		t.Fatalf("after %d observations: known %v, v = %v, want true, %v", memory, e.known(), e.v, want)
+		t.Fatalf("after %d observations: known %v, v = %v, want true, %v", Memory, e.known(), e.v, want)
 	}
 	e.add(1)
-	if want := 0.25 + 0.75/memory; e.n != memory || math.Abs(e.v-want) > 1e-9 {
-		t.Fatalf("one more: n = %d, v = %v, want %d, %v", e.n, e.v, memory, want)
+	if want := 0.25 + 0.75/Memory; e.n != Memory || math.Abs(e.v-want) > 1e-9 {
+		t.Fatalf("one more: n = %d, v = %v, want %d, %v", e.n, e.v, Memory, want)
 	}
 }
 
@@ -394,8 +398,8 @@ func TestBytesDepth(t *testing.T) {
 		{1, 4096 * kib, 1}, // pipelining off stays off
 	}
 	for _, tt := range tests {
-		if got := bytesDepth(tt.depth, tt.avg); got != tt.want {
-			t.Errorf("bytesDepth(%d, %v) = %d, want %d", tt.depth, tt.avg, got, tt.want)
+		if got := bytesDepth(tt.depth, tt.avg, margin*readAhead); got != tt.want {
+			t.Errorf("bytesDepth(%d, %v, margin*readAhead) = %d, want %d", tt.depth, tt.avg, got, tt.want)
 		}
 	}
 }
@@ -416,8 +420,8 @@ func TestHeadWaits(t *testing.T) {
 		{name: "0.1% after 1 s, the rest after 30 ms", pattern: append(slices.Repeat([]time.Duration{30 * ms}, 999), time.Second)},
 		{name: "all after 200 ms", pattern: []time.Duration{200 * ms}},
 		{name: "varied, none late", pattern: []time.Duration{ms, 5 * ms, 2 * ms, 9 * ms}},
-		{name: "5 late, then 300 quick answers: still on", pattern: quickLateQuick(memory, 5, 300), once: true, want: true},
-		{name: "5 late, then 700 quick answers: off again", pattern: quickLateQuick(memory, 5, 700), once: true},
+		{name: "5 late, then 300 quick answers: still on", pattern: quickLateQuick(Memory, 5, 300), once: true, want: true},
+		{name: "5 late, then 700 quick answers: off again", pattern: quickLateQuick(Memory, 5, 700), once: true},
 		{name: "a late answer among the first few turns nothing", pattern: quickLateQuick(2, 1, 10), once: true},
 	} {
 		var h headWaits
@@ -486,29 +490,29 @@ func TestFallback(t *testing.T) {
 		{"unproven: the first failure", false, []time.Duration{0}, false, true, 0},
 		{"proven: one failure", true, []time.Duration{0}, false, false, 0},
 		{"proven: a late head dropped", true, []time.Duration{0}, true, true, 0},
-		{"proven: three within verdictFor", true, []time.Duration{0, 20 * s, 40 * s}, false, true, 40 * s},
+		{"proven: three within VerdictFor", true, []time.Duration{0, 20 * s, 40 * s}, false, true, 40 * s},
 		{"proven: three spread wider", true, []time.Duration{0, 40 * s, 80 * s}, false, false, 0},
 	} {
 		clock := newFakeClock()
-		m := hostModel{clock: clock.now, proven: tt.proven}
+		m := Host{clock: clock.now, proven: tt.proven}
 		start := clock.now()
 		for _, at := range tt.at {
 			clock.t = start.Add(at)
-			m.noteFailure(tt.slow)
+			m.NoteFailure(tt.slow)
 		}
-		if got := m.inFallback(); got != tt.want {
+		if got := m.InFallback(); got != tt.want {
 			t.Errorf("%s: in fallback = %v, want %v", tt.name, got, tt.want)
 			continue
 		}
 		if !tt.want {
 			continue
 		}
-		if want := start.Add(tt.wantFrom + verdictFor); !m.fallbackUntil.Equal(want) {
+		if want := start.Add(tt.wantFrom + VerdictFor); !m.fallbackUntil.Equal(want) {
 			t.Errorf("%s: fallback until %v, want %v", tt.name, m.fallbackUntil.Sub(start), want.Sub(start))
 		}
-		during := m.depth(4)
+		during := m.Depth(4)
 		clock.t = m.fallbackUntil
-		if after := m.depth(4); m.proven || during != 1 || after != 4 {
+		if after := m.Depth(4); m.proven || during != 1 || after != 4 {
 			t.Errorf("%s: proven %v, depth %d then %d after, want false, 1, 4", tt.name, m.proven, during, after)
 		}
 	}
@@ -523,48 +527,48 @@ func TestDuplicateBudget(t *testing.T) {
 	// orderOf returns the service order of a serial host whose service
 	// time is gap.
 	orderOf := func(gap time.Duration) serviceOrder {
-		m := hostModel{clock: clock.now}
-		for range memory {
-			m.noteOrder(gap, 0, 0)
+		m := Host{clock: clock.now}
+		for range Memory {
+			m.NoteOrder(gap, 0, 0)
 		}
 		return m.order
 	}
 	serial := orderOf(time.Millisecond)
-	m := hostModel{clock: clock.now, order: serial}
+	m := Host{clock: clock.now, order: serial}
 	early := 0
 	for range 1000 {
-		m.earn()
-		if d := m.earlyAfter(time.Second); d > 0 {
+		m.Earn()
+		if d := m.EarlyAfter(time.Second); d > 0 {
 			if want := lateWaits * time.Millisecond; d != want {
 				t.Fatalf("earlyAfter = %v, want %v", d, want)
 			}
 			early++
-			m.spend(1) // as setSlow does for one request behind
+			m.Spend(1) // as setSlow does for one request behind
 		}
 	}
 	if want := int(1000 * hedgeRate); early < want-1 || early > want {
 		t.Errorf("%d early re-sends allowed in 1000 requests, want %d", early, want)
 	}
-	if m.mayDuplicate() {
+	if m.MayDuplicate() {
 		t.Errorf("duplicate budget %v after the re-sends, want below 1", m.dup)
 	}
 	quick := orderOf(300 * time.Microsecond)
 	for _, tt := range []struct {
 		name string
-		m    hostModel
+		m    Host
 		hol  time.Duration
 		want time.Duration
 	}{
-		{"not serial", hostModel{dup: hedgeBurst}, time.Second, 0},
-		{"serial", hostModel{dup: 1, order: serial}, time.Second, lateWaits * time.Millisecond},
-		{"serial, quick: at least two quick waits", hostModel{dup: 1, order: quick}, time.Second, margin * quickWait},
-		{"no budget", hostModel{dup: 0.9, order: serial}, time.Second, 0},
-		{"HeadOfLineTimeout disabled", hostModel{dup: hedgeBurst, order: serial}, -1, 0},
-		{"HeadOfLineTimeout sooner", hostModel{dup: hedgeBurst, order: serial}, 15 * time.Millisecond, 0},
-		{"fixed policy", hostModel{fixed: true, dup: hedgeBurst, order: serial}, time.Second, 0},
+		{"not serial", Host{dup: hedgeBurst}, time.Second, 0},
+		{"serial", Host{dup: 1, order: serial}, time.Second, lateWaits * time.Millisecond},
+		{"serial, quick: at least two quick waits", Host{dup: 1, order: quick}, time.Second, margin * QuickWait},
+		{"no budget", Host{dup: 0.9, order: serial}, time.Second, 0},
+		{"HeadOfLineTimeout disabled", Host{dup: hedgeBurst, order: serial}, -1, 0},
+		{"HeadOfLineTimeout sooner", Host{dup: hedgeBurst, order: serial}, 15 * time.Millisecond, 0},
+		{"fixed policy", Host{fixed: true, dup: hedgeBurst, order: serial}, time.Second, 0},
 	} {
 		tt.m.clock = clock.now
-		if got := tt.m.earlyAfter(tt.hol); got != tt.want {
+		if got := tt.m.EarlyAfter(tt.hol); got != tt.want {
 			t.Errorf("%s: earlyAfter(%v) = %v, want %v", tt.name, tt.hol, got, tt.want)
 		}
 	}
@@ -585,13 +589,13 @@ func TestHostModelScenarios(t *testing.T) {
 	pipelined := decision{depth: 4, gains: true}
 	// answers notes n pipelined answers, each head wait taken from waits in
 	// turn, written right behind the one ahead and answered gap after it.
-	answers := func(n int, gap time.Duration, waits ...time.Duration) func(*hostModel, *time.Time) {
-		return func(m *hostModel, now *time.Time) {
+	answers := func(n int, gap time.Duration, waits ...time.Duration) func(*Host, *time.Time) {
+		return func(m *Host, now *time.Time) {
 			for i := range n {
 				*now = now.Add(ms)
-				m.noteHeadWait(waits[i%len(waits)])
-				m.noteOrder(gap, 0, 0)
-				m.noteBody(128)
+				m.NoteHeadWait(waits[i%len(waits)])
+				m.NoteOrder(gap, 0, 0)
+				m.NoteBody(128)
 			}
 		}
 	}
@@ -599,9 +603,9 @@ func TestHostModelScenarios(t *testing.T) {
 	// times are 30 ms, the rest 50 µs: behind quick answers and slow ones
 	// alike from a serial server, mostly behind quick ones from a concurrent
 	// one.
-	mixedLoad := func(serial bool) func(*hostModel, *time.Time) {
-		return func(m *hostModel, now *time.Time) {
-			for i := range 8 * memory {
+	mixedLoad := func(serial bool) func(*Host, *time.Time) {
+		return func(m *Host, now *time.Time) {
+			for i := range 8 * Memory {
 				*now = now.Add(ms)
 				gap, shadow := 50*us, 100*us
 				if i%2 == 1 {
@@ -610,85 +614,85 @@ func TestHostModelScenarios(t *testing.T) {
 				if k := (i / 2) % 5; (k == 0 || k == 3) && (i%2 == 0 || serial) {
 					gap = 30 * ms
 				}
-				m.noteHeadWait(max(gap, 100*us))
-				m.noteOrder(gap, ms, shadow)
+				m.NoteHeadWait(max(gap, 100*us))
+				m.NoteOrder(gap, ms, shadow)
 			}
 		}
 	}
-	failures := func(proven bool, every time.Duration, n int) func(*hostModel, *time.Time) {
-		return func(m *hostModel, now *time.Time) {
+	failures := func(proven bool, every time.Duration, n int) func(*Host, *time.Time) {
+		return func(m *Host, now *time.Time) {
 			m.proven = proven
 			for range n {
 				*now = now.Add(every)
-				m.noteFailure(false)
+				m.NoteFailure(false)
 			}
 		}
 	}
-	wait := func(d time.Duration) func(*hostModel, *time.Time) {
-		return func(_ *hostModel, now *time.Time) { *now = now.Add(d) }
+	wait := func(d time.Duration) func(*Host, *time.Time) {
+		return func(_ *Host, now *time.Time) { *now = now.Add(d) }
 	}
 	for _, tt := range []struct {
 		name  string
 		fixed bool
-		steps []func(*hostModel, *time.Time)
+		steps []func(*Host, *time.Time)
 		want  decision
 	}{
 		{"nothing seen", false, nil, pipelined},
-		{"concurrent server, quick answers", false, []func(*hostModel, *time.Time){answers(500, 10*us, ms)}, pipelined},
+		{"concurrent server, quick answers", false, []func(*Host, *time.Time){answers(500, 10*us, ms)}, pipelined},
 		{"serial server, 10 ms: not worth a pipeline beyond one behind, dials", false,
-			[]func(*hostModel, *time.Time){answers(2*memory, 10*ms, 10*ms)}, decision{depth: 2, serial: true}},
+			[]func(*Host, *time.Time){answers(2*Memory, 10*ms, 10*ms)}, decision{depth: 2, serial: true}},
 		{"serial server, 0.5 ms: one behind, still pipelined", false,
-			[]func(*hostModel, *time.Time){answers(2*memory, 500*us, 500*us)}, decision{depth: 2, gains: true, serial: true}},
+			[]func(*Host, *time.Time){answers(2*Memory, 500*us, 500*us)}, decision{depth: 2, gains: true, serial: true}},
 		{"serial verdict expires", false,
-			[]func(*hostModel, *time.Time){answers(2*memory, 10*ms, 10*ms), wait(verdictFor)}, pipelined},
+			[]func(*Host, *time.Time){answers(2*Memory, 10*ms, 10*ms), wait(VerdictFor)}, pipelined},
 		{"one late answer in a thousand turns nothing", false,
-			[]func(*hostModel, *time.Time){answers(2000, 10*us, append(slices.Repeat([]time.Duration{30 * ms}, 999), time.Second)...)}, pipelined},
+			[]func(*Host, *time.Time){answers(2000, 10*us, append(slices.Repeat([]time.Duration{30 * ms}, 999), time.Second)...)}, pipelined},
 		{"1% late at 200 ms: dials rather than wait behind heads", false,
-			[]func(*hostModel, *time.Time){answers(2000, 10*us, append(slices.Repeat([]time.Duration{ms}, 99), 200*ms)...)}, decision{depth: 4}},
+			[]func(*Host, *time.Time){answers(2000, 10*us, append(slices.Repeat([]time.Duration{ms}, 99), 200*ms)...)}, decision{depth: 4}},
 		{"mixed service times, serial server (a Go backend): not pipelined", false,
-			[]func(*hostModel, *time.Time){func(m *hostModel, _ *time.Time) { m.noteRoundTrip(100 * us) }, mixedLoad(true)}, decision{depth: 1, serial: true}},
+			[]func(*Host, *time.Time){func(m *Host, _ *time.Time) { m.NoteRoundTrip(100 * us) }, mixedLoad(true)}, decision{depth: 1, serial: true}},
 		{"mixed service times, concurrent server (Node)", false,
-			[]func(*hostModel, *time.Time){mixedLoad(false)}, pipelined},
+			[]func(*Host, *time.Time){mixedLoad(false)}, pipelined},
 		{"drops what is pipelined (gthread): the first failure", false,
-			[]func(*hostModel, *time.Time){failures(false, ms, 1)}, decision{depth: 1, gains: true, fallback: true}},
+			[]func(*Host, *time.Time){failures(false, ms, 1)}, decision{depth: 1, gains: true, fallback: true}},
 		{"the fallback ends", false,
-			[]func(*hostModel, *time.Time){failures(false, ms, 1), wait(verdictFor)}, pipelined},
+			[]func(*Host, *time.Time){failures(false, ms, 1), wait(VerdictFor)}, pipelined},
 		{"proven: three failures within a minute", false,
-			[]func(*hostModel, *time.Time){failures(true, 10*time.Second, 3)}, decision{depth: 1, gains: true, fallback: true}},
+			[]func(*Host, *time.Time){failures(true, 10*time.Second, 3)}, decision{depth: 1, gains: true, fallback: true}},
 		{"proven: a failure every 40 s", false,
-			[]func(*hostModel, *time.Time){failures(true, 40*time.Second, 5)}, pipelined},
+			[]func(*Host, *time.Time){failures(true, 40*time.Second, 5)}, pipelined},
 		{"nginx keepalive_requests 100: announced twice", false,
-			[]func(*hostModel, *time.Time){func(m *hostModel, _ *time.Time) { m.budget.noteAnnouncedClose(100); m.budget.noteAnnouncedClose(100) }},
+			[]func(*Host, *time.Time){func(m *Host, _ *time.Time) { m.budget.NoteAnnouncedClose(100); m.budget.NoteAnnouncedClose(100) }},
 			decision{depth: 4, gains: true, budget: 100}},
 		{"closes after one answer without notice (hypercorn 0.13)", false,
-			[]func(*hostModel, *time.Time){func(m *hostModel, now *time.Time) { m.noteQuietClose(1); m.noteQuietClose(1) }},
+			[]func(*Host, *time.Time){func(m *Host, now *time.Time) { m.NoteQuietClose(1); m.NoteQuietClose(1) }},
 			decision{depth: 4, gains: true, budget: 1}},
 		{"a quiet budget is learned again after a minute", false,
-			[]func(*hostModel, *time.Time){func(m *hostModel, now *time.Time) { m.noteQuietClose(1); m.noteQuietClose(1) }, wait(verdictFor + ms)},
+			[]func(*Host, *time.Time){func(m *Host, now *time.Time) { m.NoteQuietClose(1); m.NoteQuietClose(1) }, wait(VerdictFor + ms)},
 			pipelined},
 		{"resets at random counts (a faulty network)", false,
-			[]func(*hostModel, *time.Time){func(m *hostModel, now *time.Time) {
+			[]func(*Host, *time.Time){func(m *Host, now *time.Time) {
 				for _, n := range []int{3, 7, 2, 5, 9} {
-					m.noteQuietClose(n)
+					m.NoteQuietClose(n)
 				}
 			}}, pipelined},
 		{"large answers (256 KiB)", false,
-			[]func(*hostModel, *time.Time){func(m *hostModel, _ *time.Time) {
-				for range memory {
-					m.noteBody(256 << 10)
+			[]func(*Host, *time.Time){func(m *Host, _ *time.Time) {
+				for range Memory {
+					m.NoteBody(256 << 10)
 				}
 			}}, decision{depth: 2, gains: true}},
 		{"fixed policy: a serial server with late answers changes nothing", true,
-			[]func(*hostModel, *time.Time){answers(2*memory, 10*ms, 10*ms, time.Second)}, pipelined},
+			[]func(*Host, *time.Time){answers(2*Memory, 10*ms, 10*ms, time.Second)}, pipelined},
 	} {
-		m := newHostModel(tt.fixed)
+		m := New(tt.fixed, readAhead)
 		now := time.Unix(0, 0)
 		m.clock = func() time.Time { return now }
 		for _, step := range tt.steps {
 			step(&m, &now)
 		}
-		got := decision{depth: m.depth(4), gains: m.gains(), serial: m.serial(),
-			fallback: m.inFallback(), budget: m.connBudget()}
+		got := decision{depth: m.Depth(4), gains: m.Gains(), serial: m.Serial(),
+			fallback: m.InFallback(), budget: m.ConnBudget()}
 		if got != tt.want {
 			t.Errorf("%s: %+v, want %+v", tt.name, got, tt.want)
 		}
