@@ -23,6 +23,11 @@ import (
 //   - Depth fallback. A host whose connections fail with pipelined requests
 //     outstanding (malformed responses, closes or resets mid-pipeline)
 //     falls back to depth 1 for a while (model.go, hostModel.noteFailure).
+//
+// The head's timer is the connection's (holGuard, under holGuard.mu); what
+// a late head moves and copies, and the failures counted, are the pool's
+// (holProtect, under hostPool.mu). Lock order: holGuard.mu, then
+// hostPool.mu.
 
 const (
 	// DefaultHeadOfLineTimeout is TransportOptions.HeadOfLineTimeout when

@@ -8,7 +8,9 @@ import (
 
 // This file applies the idle-connection limits (MaxIdleConnsPerHost,
 // MaxIdleConns) and fires httptrace's PutIdleConn when a response
-// completes.
+// completes. The limits are the pool's connections' (poolConns, under
+// hostPool.mu); the Transport's list of idle connections (idleLRU) is
+// guarded by idleLRU.mu, a leaf taken under hostPool.mu.
 
 var (
 	errTooManyIdleHost = errors.New("pipelined: too many idle connections for host")

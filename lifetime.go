@@ -23,6 +23,9 @@ import (
 // replacement is a dial like any other: with address spreading, it goes to
 // the address with the fewest of the host's connections (the one it
 // replaces no longer counts).
+//
+// The HTTP/1.1 side is the pool's connections' (poolConns, under
+// hostPool.mu); the HTTP/2 side is h2Host's (under h2Host.mu).
 
 // lifeFor returns the lifetime of a new connection: MaxConnLifetime, give
 // or take 10% at random, so that connections opened together do not

@@ -8,7 +8,10 @@ import (
 
 // This file reports the engine's events to TransportOptions.Observer
 // (observer.go). Every report is made after the locks that decided it are
-// released; with no Observer, each site costs one nil comparison.
+// released; with no Observer, each site costs one nil comparison. The
+// model's changes not yet reported are the pool's (observerReports, under
+// hostPool.mu); a request's events are its RoundTrip goroutine's
+// (requestObs).
 
 const protoHTTP11 = "HTTP/1.1"
 

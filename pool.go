@@ -9,6 +9,12 @@ import (
 	"time"
 )
 
+// This file holds the pool of one host (hostPool) and what it owns under
+// hostPool.mu: its parts (below), each connection's schedulable state
+// (sched) and each dial in progress (dialHandle); a dial's first hop
+// (firstHop) is atomics, stamped by the dialing goroutine. The pool's own
+// methods here are its whole: Stats, Close, what it learned.
+
 // hostPool is the set of connections to one host (scheme, address and
 // proxy) and the queue of requests waiting for one.
 //
