@@ -355,6 +355,21 @@ func (sc *scheduler) dispatchLocked() {
 	if p.waiters.len() == 0 {
 		return
 	}
+	if sc.toH2Locked() {
+		return
+	}
+	p.farDialLocked()
+	needIdle := sc.placeWaitersLocked()
+	// A request that needs an empty connection would starve behind a
+	// steady stream of pipelined ones: stop feeding one connection per such
+	// request so that it drains.
+	sc.reserveLocked(needIdle)
+}
+
+// toH2Locked sends every waiter to the host's HTTP/2 side if nothing here
+// will serve them, and reports whether it did.
+func (sc *scheduler) toH2Locked() bool {
+	p := sc.pool
 	if h := p.h2.Load(); h != nil && len(p.conns) == 0 && p.dialing == 0 && !h.demoted.Load() && !h.gone.Load() {
 		// The host speaks HTTP/2, and no HTTP/1.1 connection of its is
 		// open or coming: nothing here will serve the waiters, and none
@@ -366,20 +381,38 @@ func (sc *scheduler) dispatchLocked() {
 			h.users.Add(1) // p is not gone: neither is h
 			w.give(waitResult{err: &useH2{h}})
 		}
-		return
+		return true
 	}
-	p.farDialLocked()
-	covered := p.dialing - p.replacing // waiters count on the dials of their own
-	depth := p.depthLocked()
-	gains := p.gainsLocked()
-	needIdle := 0 // waiters that can only take an idle connection
-	keptSolo := 0 // solo waiters left in the queue so far
+	return false
+}
+
+// dispatchScan is what one pass of dispatchLocked over the queue has found
+// so far, so that a waiter further on does not look again for what one
+// before it did not find. It lives on the dispatching goroutine's stack,
+// under hostPool.mu.
+type dispatchScan struct {
+	covered  int  // waiters count on the dials of their own
+	depth    int  // the host's depth (depthLocked)
+	gains    bool // the host gains from pipelining (gainsLocked)
+	needIdle int  // waiters that can only take an idle connection
+	keptSolo int  // solo waiters left in the queue so far
 	// noIdle: no connection is idle (assignments never make one);
 	// noIdleFragile: none is idle for a request that cannot be retried
 	// (noIdle implies it; the converse fails for a connection near its
 	// server's Keep-Alive end, which only retryable requests take).
-	noIdle, noIdleFragile, settled := false, false, false
-	noPipe := false // no connection can take one more pipelined request
+	noIdle, noIdleFragile, settled bool
+	noPipe                         bool // no connection can take one more pipelined request
+}
+
+// placeWaitersLocked is dispatchLocked's pass over the queue, in FIFO
+// order. It returns how many waiters left in the queue can only take an
+// idle connection.
+func (sc *scheduler) placeWaitersLocked() (needIdle int) {
+	p := sc.pool
+	var d dispatchScan
+	d.covered = p.dialing - p.replacing // waiters count on the dials of their own
+	d.depth = p.depthLocked()
+	d.gains = p.gainsLocked()
 	for i := 0; i < p.waiters.len(); {
 		w := p.waiters.at(i)
 		if p.closed {
@@ -387,65 +420,89 @@ func (sc *scheduler) dispatchLocked() {
 			w.give(waitResult{err: ErrTransportClosed})
 			continue
 		}
-		pipe := pipelineableAt(w.a, depth)
-		held := pipe && gains // held back by the pipelining threshold
-		fragile := !w.a.r.replayable
-		var c *pconn
-		if !noIdle && !(fragile && noIdleFragile) {
-			c = p.policy.idle(p.conns, fragile)
-			if c == nil {
-				noIdleFragile = true
-				noIdle = !fragile
-			}
-		}
-		if c == nil && pipe && !noPipe && covered == 0 && p.mayStackLocked(held) {
-			c = p.stackOnLocked(depth)
-			noPipe = c == nil
-		}
-		if c != nil {
+		pipe := pipelineableAt(w.a, d.depth)
+		held := pipe && d.gains // held back by the pipelining threshold
+		if c := sc.connForLocked(&d, w.a, pipe, held); c != nil {
 			info := p.assignLocked(c, w.a)
 			p.waiters.removeAt(i)
 			w.give(waitResult{c: c, info: info})
 			continue
 		}
 		if solo(w.a) {
-			keptSolo++
+			d.keptSolo++
 		}
-		switch {
-		case covered > 0:
-			covered--
-		case p.canDialLocked(held):
-			p.startDialLocked(w.a.r.ctx)
-		default:
-			if !pipe {
-				needIdle++
-			}
-			if !noIdle && noIdleFragile && !settled {
-				// Only fragile requests have found no idle connection so far.
-				settled = true
-				noIdle = p.policy.idle(p.conns, false) == nil
-			}
-			if noIdle && !p.canDialLocked(false) {
-				noPipe = noPipe || depth <= 1 || !p.policy.anyPipeline(p.conns, depth)
-				if noPipe {
-					// No idle connection, no dial, no pipelining: nobody
-					// further in the queue can be placed either, and those
-					// that are never pipelined need an idle connection.
-					rest := p.waiters.len() - i - 1
-					if depth > 1 {
-						rest = p.waiters.solo - keptSolo
-					}
-					needIdle += rest
-					i = p.waiters.len()
-					continue
-				}
-			}
+		if sc.keepWaitingLocked(&d, w.a, pipe, held, i) {
+			break
 		}
 		i++
 	}
-	// A request that needs an empty connection would starve behind a
-	// steady stream of pipelined ones: stop feeding one connection per such
-	// request so that it drains.
+	return d.needIdle
+}
+
+// connForLocked returns the connection waiting request a takes now, an
+// idle one or a busy one it is pipelined on, or nil. pipe: a may be
+// pipelined; held: held back by the pipelining threshold.
+func (sc *scheduler) connForLocked(d *dispatchScan, a *attempt, pipe, held bool) *pconn {
+	p := sc.pool
+	fragile := !a.r.replayable
+	var c *pconn
+	if !d.noIdle && !(fragile && d.noIdleFragile) {
+		c = p.policy.idle(p.conns, fragile)
+		if c == nil {
+			d.noIdleFragile = true
+			d.noIdle = !fragile
+		}
+	}
+	if c == nil && pipe && !d.noPipe && d.covered == 0 && p.mayStackLocked(held) {
+		c = p.stackOnLocked(d.depth)
+		d.noPipe = c == nil
+	}
+	return c
+}
+
+// keepWaitingLocked deals with a, the i-th waiter, which found no
+// connection (connForLocked): it counts on a dial in progress, starts one,
+// or waits. It reports whether nobody further in the queue can be placed
+// either, which ends the pass.
+func (sc *scheduler) keepWaitingLocked(d *dispatchScan, a *attempt, pipe, held bool, i int) (end bool) {
+	p := sc.pool
+	switch {
+	case d.covered > 0:
+		d.covered--
+	case p.canDialLocked(held):
+		p.startDialLocked(a.r.ctx)
+	default:
+		if !pipe {
+			d.needIdle++
+		}
+		if !d.noIdle && d.noIdleFragile && !d.settled {
+			// Only fragile requests have found no idle connection so far.
+			d.settled = true
+			d.noIdle = p.policy.idle(p.conns, false) == nil
+		}
+		if d.noIdle && !p.canDialLocked(false) {
+			d.noPipe = d.noPipe || d.depth <= 1 || !p.policy.anyPipeline(p.conns, d.depth)
+			if d.noPipe {
+				// No idle connection, no dial, no pipelining: nobody
+				// further in the queue can be placed either, and those
+				// that are never pipelined need an idle connection.
+				rest := p.waiters.len() - i - 1
+				if d.depth > 1 {
+					rest = p.waiters.solo - d.keptSolo
+				}
+				d.needIdle += rest
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// reserveLocked keeps needIdle connections, reserved already or draining
+// (leastWait.drainCandidate), free of new requests for the waiters that
+// need an empty connection.
+func (sc *scheduler) reserveLocked(needIdle int) {
+	p := sc.pool
 	reserved := 0
 	for _, c := range p.conns {
 		if c.s.reserved {
