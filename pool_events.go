@@ -142,6 +142,49 @@ func (pe *poolEvents) responseDone(c *pconn, a *attempt, closing, headers, hold 
 	p := pe.pool
 	var put error
 	p.mu.Lock()
+	pe.responseReadLocked(c, a, closing, headers, hold)
+	s := &c.s
+	if closing {
+		p.retireLocked(c, closingReason(a))
+		put = errConnClosing
+	}
+	if s.inflight == 0 {
+		if s.atBudget && !s.serverClosed {
+			p.model.budget.noteUnclosed(s.assigned)
+		}
+		if put == nil && !p.keepIdleLocked(c) {
+			p.retireLocked(c, CloseIdleLimit)
+			put = errTooManyIdleHost
+		}
+		if !s.retired {
+			p.startIdleTimerLocked(c)
+		}
+	}
+	done, idle, victims := p.becameIdleLocked(c)
+	if done && put == nil && s.kaLimit > 0 && s.assigned >= s.kaLimit {
+		put = errKeepAliveMax
+	}
+	p.dispatchLocked()
+	ch := p.takeModelChangesLocked()
+	p.mu.Unlock()
+	p.observeModel(ch)
+	p.observeIdle(c, idle)
+	closeIdleVictims(victims)
+	if done {
+		// Nothing more will be written on it: let it go.
+		if put == nil {
+			put = errConnClosing
+		}
+		c.fail(put)
+	}
+	return put
+}
+
+// responseReadLocked records what a's response, read in full on c, tells
+// the pool, its model and c's schedulable state (responseDone's first
+// part). hostPool.mu is held.
+func (pe *poolEvents) responseReadLocked(c *pconn, a *attempt, closing, headers, hold bool) {
+	p := pe.pool
 	if hold {
 		c.s.held++ // before the dispatch below
 	}
@@ -192,40 +235,6 @@ func (pe *poolEvents) responseDone(c *pconn, a *attempt, closing, headers, hold 
 	}
 	p.tick++
 	s.headTick = p.tick
-	if closing {
-		p.retireLocked(c, closingReason(a))
-		put = errConnClosing
-	}
-	if s.inflight == 0 {
-		if s.atBudget && !s.serverClosed {
-			p.model.budget.noteUnclosed(s.assigned)
-		}
-		if put == nil && !p.keepIdleLocked(c) {
-			p.retireLocked(c, CloseIdleLimit)
-			put = errTooManyIdleHost
-		}
-		if !s.retired {
-			p.startIdleTimerLocked(c)
-		}
-	}
-	done, idle, victims := p.becameIdleLocked(c)
-	if done && put == nil && s.kaLimit > 0 && s.assigned >= s.kaLimit {
-		put = errKeepAliveMax
-	}
-	p.dispatchLocked()
-	ch := p.takeModelChangesLocked()
-	p.mu.Unlock()
-	p.observeModel(ch)
-	p.observeIdle(c, idle)
-	closeIdleVictims(victims)
-	if done {
-		// Nothing more will be written on it: let it go.
-		if put == nil {
-			put = errConnClosing
-		}
-		c.fail(put)
-	}
-	return put
 }
 
 func (pe *poolEvents) streaming(c *pconn, a *attempt) {
