@@ -17,6 +17,10 @@ package pipelined
 // net/http's dialConn makes an HTTP/2 ClientConn of a *tls.Conn whose
 // NegotiatedProtocol is "h2" (or, for prior-knowledge h2c, of a plain
 // connection when Protocols has UnencryptedHTTP2 and not HTTP1).
+//
+// A host's HTTP/2 side (h2Host) owns its connections, dials and queue count
+// under h2Host.mu, taken after hostPool.mu; the Transport's private
+// http.Transport is built once (h2Config, sync.Once).
 
 import (
 	"context"
