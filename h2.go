@@ -877,10 +877,10 @@ func (h *h2Host) roundTripped(c *h2Conn, err error, fail h2Failure) {
 
 // h2FinalLost decides on err, a failure of cur's RoundTrip on c that
 // h2Classify found final (h2Final): it stays final (final true, with the
-// error the request returns) but where the connection failed under an
-// idempotent request it had answered before; then it returns the
-// connection's failure (h2ConnLost), and the request is sent again as for
-// h2Lost. early: c had not applied the server's SETTINGS.
+// error the request returns) unless c failed under cur (h2ConnLost says
+// so), c had applied the server's SETTINGS (not early) and cur may be sent
+// again; then it returns c's failure, and the request is sent again as
+// for h2Lost.
 func h2FinalLost(c *h2Conn, err error, early bool, cur *http.Request) (_ error, final bool) {
 	if c.cc.Err() == nil { // the stream failed, not the connection
 		return err, true
