@@ -28,6 +28,26 @@ type responseWait struct {
 	burstStart monoTime
 }
 
+// answerLocked records an answer of the host: the end of the wait for its
+// first answer, or for a burst's (answerWait, burstWaitLocked). A
+// head whose body is chunked, of unknown length or long counts only once
+// that body has ended: its connection is taken until then, and a stream
+// does so for as long as it runs. Counted at its head, it let the
+// requests of a burst of streams, waiting for an answer while they could
+// dial, be pipelined behind the streams of the first connections (16
+// streams at once: a second wave after the first, where net/http dials 16
+// connections).
+func (rw *responseWait) answerLocked() {
+	p := rw.pool
+	if !p.answered {
+		p.answered = true
+		if p.graceTimer != nil {
+			p.graceTimer.Stop()
+		}
+	}
+	p.burst = false
+}
+
 // The first answer. Until a host has answered once, nothing tells a fast
 // server (where pipelining a burst saves connections at no cost) from one
 // whose answers take long (where a burst pipelined over a few connections
@@ -209,24 +229,4 @@ func (rw *responseWait) gainsLocked() bool {
 		return false // the burst had no answer within its wait
 	}
 	return p.model.gains()
-}
-
-// answerLocked records an answer of the host: the end of the wait for its
-// first answer, or for a burst's (answerWait, burstWaitLocked). A
-// head whose body is chunked, of unknown length or long counts only once
-// that body has ended: its connection is taken until then, and a stream
-// does so for as long as it runs. Counted at its head, it let the
-// requests of a burst of streams, waiting for an answer while they could
-// dial, be pipelined behind the streams of the first connections (16
-// streams at once: a second wave after the first, where net/http dials 16
-// connections).
-func (rw *responseWait) answerLocked() {
-	p := rw.pool
-	if !p.answered {
-		p.answered = true
-		if p.graceTimer != nil {
-			p.graceTimer.Stop()
-		}
-	}
-	p.burst = false
 }
