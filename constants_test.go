@@ -60,7 +60,7 @@ var fixedValues = map[string]any{
 	"ackStall":      ackStall,
 	"maxInlineBody": byteSize(maxInlineBody),
 	"maxSmallBody":  byteSize(maxSmallBody),
-	// pool.go
+	// pool_events.go
 	"quickClose": quickClose,
 	// request.go
 	"riskyHeadFields": riskyHeadFields,

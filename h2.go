@@ -17,6 +17,10 @@ package pipelined
 // net/http's dialConn makes an HTTP/2 ClientConn of a *tls.Conn whose
 // NegotiatedProtocol is "h2" (or, for prior-knowledge h2c, of a plain
 // connection when Protocols has UnencryptedHTTP2 and not HTTP1).
+//
+// A host's HTTP/2 side (h2Host) owns its connections, dials and queue count
+// under h2Host.mu, taken after hostPool.mu; the Transport's private
+// http.Transport is built once (h2Config, sync.Once).
 
 import (
 	"context"
@@ -467,95 +471,132 @@ func (h *h2Host) acquire(ctx context.Context, dials *int, settledOnly bool) (c *
 	var buf [8]h2Choice
 	var dialRes chan error // the result of the dial this request started
 	for {
-		h.mu.Lock()
-		if h.closed {
-			h.mu.Unlock()
-			return nil, httptrace.GotConnInfo{}, false, ErrTransportClosed
+		conns, gen, err := h.choices(&buf, settledOnly)
+		if err != nil {
+			return nil, httptrace.GotConnInfo{}, false, err
 		}
-		if h.demoted.Load() {
-			h.mu.Unlock()
-			return nil, httptrace.GotConnInfo{}, false, errUseH1
-		}
-		gen := h.gen
-		conns := buf[:0]
-		for _, c := range h.conns {
-			if c.takesLocked(settledOnly) {
-				conns = append(conns, h2Choice{c, c.claims})
-			}
-		}
-		h.mu.Unlock()
-
 		// Idle first, then the most free streams. Outside mu.
-		var best *h2Conn
-		bestAvail, bestClaims, bestIdle := 0, 0, false
-		for _, ch := range conns {
-			// InFlight first: a stream opened between the two looks then
-			// makes the sum smaller than the limit, not larger.
-			inFlight := ch.c.cc.InFlight()
-			avail, idle := h2Free(ch.c.cc.Available(), inFlight, ch.claims)
-			if avail == 0 {
-				continue
-			}
-			if best == nil || (idle && !bestIdle) || (idle == bestIdle && avail > bestAvail) {
-				best, bestAvail, bestClaims, bestIdle = ch.c, avail, ch.claims, idle
-			}
-		}
+		best, bestAvail, bestClaims, bestIdle := h2Best(conns)
 		clear(buf[:])
 		if best != nil {
-			h.mu.Lock()
-			// Others may have claimed its free streams since the look.
-			if h.closed || !best.takesLocked(settledOnly) || best.claims-bestClaims >= bestAvail {
-				h.mu.Unlock()
+			info, early, ok := h.claim(best, bestAvail, bestClaims, bestIdle, settledOnly)
+			if !ok {
 				continue
 			}
-			info := httptrace.GotConnInfo{Conn: best.conn, Reused: best.used, WasIdle: best.used && bestIdle}
-			if info.WasIdle && !best.busy { // else its hook has not run yet
-				info.IdleTime = time.Since(best.idleSince)
-			}
-			best.claims++
-			best.used, best.busy = true, true
-			early := !best.settled
-			h.mu.Unlock()
 			return best, info, early, nil
 		}
 
 		// No stream is free.
-		h.mu.Lock()
-		if h.gen != gen {
-			h.mu.Unlock()
-			continue // something changed since the look
-		}
-		if dialRes == nil && h.dialing == 0 && h.canDialLocked() {
-			if *dials >= h2MaxDials {
-				h.mu.Unlock()
-				return nil, httptrace.GotConnInfo{}, false, errNoStream
-			}
-			*dials++
-			dialRes = h.startDialLocked(ctx, nil)
-		}
-		h.queued++
-		changed := h.changed
-		h.mu.Unlock()
-		err = nil
-		dialed := false
-		select {
-		case <-changed:
-		case err = <-dialRes:
-			dialRes = nil
-			dialed = err == nil
-		case <-ctx.Done():
-			err = context.Cause(ctx)
-		}
-		h.mu.Lock()
-		h.queued--
-		if dialed && h.answered {
-			*dials-- // lost to other requests, not to a server allowing none
-		}
-		h.mu.Unlock()
-		if err != nil {
+		if err := h.waitStream(ctx, gen, dials, &dialRes); err != nil {
 			return nil, httptrace.GotConnInfo{}, false, err // do's release asks maybeEmpty
 		}
 	}
+}
+
+// choices returns, in buf, the connections that may take a request (see
+// takesLocked) with the claims on each, and the generation (h.gen) of that
+// look; or why no connection of h will (closed, or the host turned back to
+// HTTP/1.1). It takes h.mu.
+func (h *h2Host) choices(buf *[8]h2Choice, settledOnly bool) ([]h2Choice, uint64, error) {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil, 0, ErrTransportClosed
+	}
+	if h.demoted.Load() {
+		h.mu.Unlock()
+		return nil, 0, errUseH1
+	}
+	gen := h.gen
+	conns := buf[:0]
+	for _, c := range h.conns {
+		if c.takesLocked(settledOnly) {
+			conns = append(conns, h2Choice{c, c.claims})
+		}
+	}
+	h.mu.Unlock()
+	return conns, gen, nil
+}
+
+// h2Best returns the connection of conns a request takes: an idle one
+// first, then the one with the most free streams (h2Free); nil if none has
+// a free stream. It calls the ClientConns, outside h2Host.mu.
+func h2Best(conns []h2Choice) (best *h2Conn, bestAvail, bestClaims int, bestIdle bool) {
+	for _, ch := range conns {
+		// InFlight first: a stream opened between the two looks then
+		// makes the sum smaller than the limit, not larger.
+		inFlight := ch.c.cc.InFlight()
+		avail, idle := h2Free(ch.c.cc.Available(), inFlight, ch.claims)
+		if avail == 0 {
+			continue
+		}
+		if best == nil || (idle && !bestIdle) || (idle == bestIdle && avail > bestAvail) {
+			best, bestAvail, bestClaims, bestIdle = ch.c, avail, ch.claims, idle
+		}
+	}
+	return best, bestAvail, bestClaims, bestIdle
+}
+
+// claim claims best, chosen by h2Best with bestAvail free streams and
+// bestClaims claims, unless it changed since (ok false: look again). It
+// returns the httptrace GotConnInfo of the choice, and whether best had not
+// applied the server's SETTINGS yet (early). It takes h.mu.
+func (h *h2Host) claim(best *h2Conn, bestAvail, bestClaims int, bestIdle, settledOnly bool) (info httptrace.GotConnInfo, early, ok bool) {
+	h.mu.Lock()
+	// Others may have claimed its free streams since the look.
+	if h.closed || !best.takesLocked(settledOnly) || best.claims-bestClaims >= bestAvail {
+		h.mu.Unlock()
+		return httptrace.GotConnInfo{}, false, false
+	}
+	info = httptrace.GotConnInfo{Conn: best.conn, Reused: best.used, WasIdle: best.used && bestIdle}
+	if info.WasIdle && !best.busy { // else its hook has not run yet
+		info.IdleTime = time.Since(best.idleSince)
+	}
+	best.claims++
+	best.used, best.busy = true, true
+	early = !best.settled
+	h.mu.Unlock()
+	return info, early, true
+}
+
+// waitStream waits, as no stream was free at the look of generation gen,
+// for a change of h, or for the dial it starts (dialRes, the dial of this
+// request, within h2MaxDials: dials counts them), or for ctx's end. nil
+// means the request looks again. It takes h.mu.
+func (h *h2Host) waitStream(ctx context.Context, gen uint64, dials *int, dialRes *chan error) error {
+	h.mu.Lock()
+	if h.gen != gen {
+		h.mu.Unlock()
+		return nil // something changed since the look
+	}
+	if *dialRes == nil && h.dialing == 0 && h.canDialLocked() {
+		if *dials >= h2MaxDials {
+			h.mu.Unlock()
+			return errNoStream
+		}
+		*dials++
+		*dialRes = h.startDialLocked(ctx, nil)
+	}
+	h.queued++
+	changed := h.changed
+	h.mu.Unlock()
+	var err error
+	dialed := false
+	select {
+	case <-changed:
+	case err = <-*dialRes:
+		*dialRes = nil
+		dialed = err == nil
+	case <-ctx.Done():
+		err = context.Cause(ctx)
+	}
+	h.mu.Lock()
+	h.queued--
+	if dialed && h.answered {
+		*dials-- // lost to other requests, not to a server allowing none
+	}
+	h.mu.Unlock()
+	return err
 }
 
 // h2Choice is a connection as acquire saw it under h2Host.mu.
@@ -717,12 +758,7 @@ func (h *h2Host) do(req *http.Request, gotConnFired bool, queued *RequestEvent) 
 	defer h.release() // the use the caller took (speaksH2, useH2)
 	ctx := req.Context()
 	trace := httptrace.ContextClientTrace(ctx)
-	var ob *h2Obs
-	if !gotConnFired {
-		ob = h.newObs(req)
-	} else if queued != nil {
-		ob = &h2Obs{o: h.t.opts.Observer, ev: *queued, first: queued.Attempt, redirected: true}
-	}
+	ob := h.obsFor(req, gotConnFired, queued)
 	if ob != nil {
 		defer func() {
 			if _, moved := err.(*useH1); !moved { // the HTTP/1 side reports the rest
@@ -759,27 +795,7 @@ func (h *h2Host) do(req *http.Request, gotConnFired bool, queued *RequestEvent) 
 		ob.assigned(c)
 		resp, err := c.cc.RoundTrip(ob.watchWrite(cur)) // consumes the body
 		fail := h2Classify(err)
-		h.mu.Lock()
-		c.claims--
-		if err == nil || fail == h2Refused || fail == h2PeerProtocol {
-			// The server's frames about this stream came after its
-			// SETTINGS (RFC 9113 §3.4: the first frame it sends), which
-			// the connection has applied by now.
-			c.settled = true
-		}
-		if err == nil {
-			h.answered = true
-		}
-		h.mu.Unlock()
-		// The state hook does not report a stream that began and ended
-		// between two of the ClientConn's looks at its state (it compares
-		// the free streams and those in flight with the last look's, and
-		// looks at the end of RoundTrip, not at its start): a short
-		// stream, over before RoundTrip returned, is never reported, and
-		// requests waiting for a stream would wait for ever. So the hook
-		// runs here too; a stream still open now ends after that look,
-		// and the hook reports it.
-		h.stateChanged(c)
+		h.roundTripped(c, err, fail)
 		if err == nil {
 			ob.headers(resp.StatusCode)
 			resp.Request = req
@@ -789,22 +805,11 @@ func (h *h2Host) do(req *http.Request, gotConnFired bool, queued *RequestEvent) 
 			return nil, context.Cause(ctx)
 		}
 		if fail == h2Final {
-			if c.cc.Err() == nil { // the stream failed, not the connection
+			var final bool
+			if err, final = h2FinalLost(c, err, early, cur); final {
 				return nil, err
 			}
-			lost := h2ConnLost(err)
-			if _, gone := lost.(*ConnError); !gone || early || !replayable(cur) {
-				return nil, lost
-			}
-			// RFC 9110 §9.2.2: an idempotent request whose connection
-			// failed under it may be sent again, as over HTTP/1.1
-			// (checkRetry), if the connection had answered before: a
-			// server closing an idle connection as a request went out
-			// (HAProxy's timeout http-keep-alive) or reset it. A new
-			// connection's failure is final, as in net/http. The other
-			// streams of a connection whose write failed end "force
-			// closed" (the standard library closes it).
-			fail, err = h2Lost, lost
+			fail = h2Lost
 		}
 		if ob != nil {
 			ob.lost = fail == h2Lost
@@ -823,18 +828,92 @@ func (h *h2Host) do(req *http.Request, gotConnFired bool, queued *RequestEvent) 
 		// the request waits for one that does rather than meet the same
 		// on another new connection.
 		settledOnly = settledOnly || fail == h2Refused && early
-		if wait > 0 {
-			wait += time.Duration(rand.Int64N(int64(wait / 10))) // 10% jitter, as net/http
-			tm := time.NewTimer(wait)
-			select {
-			case <-tm.C:
-			case <-wctx.Done():
-				tm.Stop()
-				closeBody(cur)
-				return nil, context.Cause(wctx)
-			}
+		if err := h2RetryWait(wctx, wait); err != nil {
+			closeBody(cur)
+			return nil, err
 		}
 	}
+}
+
+// obsFor returns what the Observer's events of req carry over HTTP/2 (nil
+// without an Observer): new, or, for a request the HTTP/1 pool queued
+// (gotConnFired, redirect), its queued event continued.
+func (h *h2Host) obsFor(req *http.Request, gotConnFired bool, queued *RequestEvent) *h2Obs {
+	var ob *h2Obs
+	if !gotConnFired {
+		ob = h.newObs(req)
+	} else if queued != nil {
+		ob = &h2Obs{o: h.t.opts.Observer, ev: *queued, first: queued.Attempt, redirected: true}
+	}
+	return ob
+}
+
+// roundTripped records the end of a request's RoundTrip on c, which
+// failed with err (nil: a response) as fail says: c's claim is given back,
+// and the state hook runs. It takes h.mu.
+func (h *h2Host) roundTripped(c *h2Conn, err error, fail h2Failure) {
+	h.mu.Lock()
+	c.claims--
+	if err == nil || fail == h2Refused || fail == h2PeerProtocol {
+		// The server's frames about this stream came after its
+		// SETTINGS (RFC 9113 §3.4: the first frame it sends), which
+		// the connection has applied by now.
+		c.settled = true
+	}
+	if err == nil {
+		h.answered = true
+	}
+	h.mu.Unlock()
+	// The state hook does not report a stream that began and ended
+	// between two of the ClientConn's looks at its state (it compares
+	// the free streams and those in flight with the last look's, and
+	// looks at the end of RoundTrip, not at its start): a short
+	// stream, over before RoundTrip returned, is never reported, and
+	// requests waiting for a stream would wait for ever. So the hook
+	// runs here too; a stream still open now ends after that look,
+	// and the hook reports it.
+	h.stateChanged(c)
+}
+
+// h2FinalLost decides on err, a failure of cur's RoundTrip on c that
+// h2Classify found final (h2Final): it stays final (final true, with the
+// error the request returns) unless c failed under cur (h2ConnLost says
+// so), c had applied the server's SETTINGS (not early) and cur may be sent
+// again; then it returns c's failure, and the request is sent again as
+// for h2Lost.
+func h2FinalLost(c *h2Conn, err error, early bool, cur *http.Request) (_ error, final bool) {
+	if c.cc.Err() == nil { // the stream failed, not the connection
+		return err, true
+	}
+	lost := h2ConnLost(err)
+	if _, gone := lost.(*ConnError); !gone || early || !replayable(cur) {
+		return lost, true
+	}
+	// RFC 9110 §9.2.2: an idempotent request whose connection
+	// failed under it may be sent again, as over HTTP/1.1
+	// (checkRetry), if the connection had answered before: a
+	// server closing an idle connection as a request went out
+	// (HAProxy's timeout http-keep-alive) or reset it. A new
+	// connection's failure is final, as in net/http. The other
+	// streams of a connection whose write failed end "force
+	// closed" (the standard library closes it).
+	return lost, false
+}
+
+// h2RetryWait waits wait before a retry (none if it is 0), with 10%
+// jitter, as net/http; or until wctx is done, whose cause it returns.
+func h2RetryWait(wctx context.Context, wait time.Duration) error {
+	if wait > 0 {
+		wait += time.Duration(rand.Int64N(int64(wait / 10))) // 10% jitter, as net/http
+		tm := time.NewTimer(wait)
+		select {
+		case <-tm.C:
+		case <-wctx.Done():
+			tm.Stop()
+			return context.Cause(wctx)
+		}
+	}
+	return nil
 }
 
 // Errors of net/http's HTTP/2 client that say a request was not processed

@@ -23,6 +23,11 @@ import (
 //   - Depth fallback. A host whose connections fail with pipelined requests
 //     outstanding (malformed responses, closes or resets mid-pipeline)
 //     falls back to depth 1 for a while (model.Host.NoteFailure).
+//
+// The head's timer is the connection's (holGuard, under holGuard.mu); what
+// a late head moves and copies, and the failures counted, are the pool's
+// (holProtect, under hostPool.mu). Lock order: holGuard.mu, then
+// hostPool.mu.
 
 const (
 	// DefaultHeadOfLineTimeout is TransportOptions.HeadOfLineTimeout when
@@ -188,12 +193,23 @@ func (c *pconn) holFire(a *attempt) {
 	}
 }
 
+// holProtect is a pool's part that acts on a late head: it copies it
+// (lateHead, hedge), gives up on a probe the server left unread
+// (probeLost), and counts the failures of pipelined connections towards
+// the depth fallback. It has no state of its own: what it reads and
+// writes (the host model, each attempt's hedged mark) is guarded by
+// hostPool.mu, which its methods take.
+type holProtect struct {
+	pool *hostPool
+}
+
 // lateHead sends a copy of a, the late head of c, on another connection
 // (TransportOptions.HedgeHeadOfLine) if the host's budget of copies allows
 // it; or, whatever the option, if a is a stalled probe, the first since
 // the host was last proven or fell back (model.Host.ProbeWait). An attempt is
 // copied once at most.
-func (p *hostPool) lateHead(c *pconn, a *attempt) {
+func (hp *holProtect) lateHead(c *pconn, a *attempt) {
+	p := hp.pool
 	probe := a.probing()
 	if !p.t.opts.HedgeHeadOfLine && !probe || a.state.Load() != attemptWaiting {
 		return
@@ -242,7 +258,8 @@ func (p *hostPool) lateHead(c *pconn, a *attempt) {
 // head at headAt, only if its answer does not come either meanwhile
 // (probeLost). A copy that loses runs to its end; its answer is
 // discarded.
-func (p *hostPool) hedge(c *pconn, cp *request, headAt time.Time) {
+func (hp *holProtect) hedge(c *pconn, cp *request, headAt time.Time) {
+	p := hp.pool
 	defer p.t.wg.Done()
 	orig := cp.copyOf
 	resp, err := p.roundTripAttempts(cp)
@@ -275,7 +292,8 @@ func (p *hostPool) hedge(c *pconn, cp *request, headAt time.Time) {
 // the server left it unread. The host falls back, as for a failure before
 // proof (notePipelineFailure), and c, which nothing else waits on, is
 // closed.
-func (p *hostPool) probeLost(c *pconn, a *attempt) {
+func (hp *holProtect) probeLost(c *pconn, a *attempt) {
+	p := hp.pool
 	c.mu.Lock()
 	unread := !c.dead && len(c.fifo) > 0 && c.fifo[0] == a && !a.headersRead
 	c.mu.Unlock()
@@ -290,26 +308,6 @@ func (p *hostPool) probeLost(c *pconn, a *attempt) {
 	c.dropIfUnwanted()
 }
 
-// depthLocked returns the host's effective pipeline depth: 1 through an
-// HTTP forward proxy, else what its model allows (model.Host.Depth). p.mu
-// must be held.
-func (p *hostPool) depthLocked() int {
-	if p.key.forwardProxy() {
-		// Requests to an HTTP proxy in absolute form are not pipelined,
-		// as no browser pipelined through proxies: the proxy relays
-		// what follows a request to the origin whatever it makes of it,
-		// and one that ends each connection after one answer without
-		// saying so (tinyproxy 1.11) hands a pipelined request to an
-		// origin that has closed, whose reset cuts the answer before
-		// it short. The caller has its head by then, so the request
-		// cannot be sent again; net/http, which never pipelines, gets
-		// it whole. Tunnels (CONNECT, SOCKS5) carry the origin's
-		// requests untouched and are pipelined as a direct connection.
-		return 1
-	}
-	return p.model.Depth(p.t.depth)
-}
-
 // notePipelineFailure is called when c failed with err while unanswered
 // requests were outstanding on it, the oldest written while nothing was
 // in flight (headIdle) or pipelined, and late (headSlow) or not. Failures
@@ -317,7 +315,8 @@ func (p *hostPool) depthLocked() int {
 // (those behind it may have been re-sent from behind it already), count
 // towards the depth fallback (model.Host.NoteFailure); a late
 // head counts only if it was pipelined.
-func (p *hostPool) notePipelineFailure(err error, unanswered int, headIdle, headSlow bool) {
+func (hp *holProtect) notePipelineFailure(err error, unanswered int, headIdle, headSlow bool) {
+	p := hp.pool
 	if unanswered < 2 && headIdle || p.t.depth <= 1 || !isPipelineFailure(err) {
 		return
 	}

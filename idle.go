@@ -8,7 +8,9 @@ import (
 
 // This file applies the idle-connection limits (MaxIdleConnsPerHost,
 // MaxIdleConns) and fires httptrace's PutIdleConn when a response
-// completes.
+// completes. The limits are the pool's connections' (poolConns, under
+// hostPool.mu); the Transport's list of idle connections (idleLRU) is
+// guarded by idleLRU.mu, a leaf taken under hostPool.mu.
 
 var (
 	errTooManyIdleHost = errors.New("pipelined: too many idle connections for host")
@@ -17,7 +19,8 @@ var (
 
 // keepIdleLocked reports whether c, which has just become idle, may stay
 // open under MaxIdleConnsPerHost. p.mu must be held.
-func (p *hostPool) keepIdleLocked(c *pconn) bool {
+func (pc *poolConns) keepIdleLocked(c *pconn) bool {
+	p := pc.pool
 	limit := p.t.opts.MaxIdleConnsPerHost
 	if limit == 0 { // zero keeps them all: nothing to count
 		return true
@@ -62,7 +65,8 @@ type idleEntry struct {
 // pushIdleLocked lists c as the most recently idle connection and returns
 // the least recently used ones beyond MaxIdleConns, unlisted, for the
 // caller to close once p.mu is released (closeIdleVictims). p.mu is held.
-func (p *hostPool) pushIdleLocked(c *pconn) []*idleEntry {
+func (pc *poolConns) pushIdleLocked(c *pconn) []*idleEntry {
+	p := pc.pool
 	max := p.t.opts.MaxIdleConns
 	if max <= 0 {
 		return nil
@@ -88,7 +92,8 @@ func (p *hostPool) pushIdleLocked(c *pconn) []*idleEntry {
 
 // unlistIdleLocked takes c off the LRU: it is active, retired or gone. p.mu
 // is held.
-func (p *hostPool) unlistIdleLocked(c *pconn) {
+func (pc *poolConns) unlistIdleLocked(c *pconn) {
+	p := pc.pool
 	if p.t.opts.MaxIdleConns <= 0 {
 		return
 	}

@@ -23,6 +23,9 @@ import (
 // replacement is a dial like any other: with address spreading, it goes to
 // the address with the fewest of the host's connections (the one it
 // replaces no longer counts).
+//
+// The HTTP/1.1 side is the pool's connections' (poolConns, under
+// hostPool.mu); the HTTP/2 side is h2Host's (under h2Host.mu).
 
 // lifeFor returns the lifetime of a new connection: MaxConnLifetime, give
 // or take 10% at random, so that connections opened together do not
@@ -40,7 +43,8 @@ func (t *Transport) lifeFor() time.Duration {
 
 // startLifeTimerLocked arms c's lifetime, c having just joined p. p.mu is
 // held.
-func (p *hostPool) startLifeTimerLocked(c *pconn) {
+func (pc *poolConns) startLifeTimerLocked(c *pconn) {
+	p := pc.pool
 	if d := p.t.lifeFor(); d > 0 {
 		c.s.lifeTimer = time.AfterFunc(d, func() { p.lifeEnded(c) })
 	}
@@ -49,7 +53,8 @@ func (p *hostPool) startLifeTimerLocked(c *pconn) {
 // lifeEnded runs when c has lived its lifetime: c retires now, or, if the
 // load needs it and a dial is allowed, once its replacement's dial ends
 // (replacedLocked).
-func (p *hostPool) lifeEnded(c *pconn) {
+func (pc *poolConns) lifeEnded(c *pconn) {
+	p := pc.pool
 	p.mu.Lock()
 	s := &c.s
 	if p.closed || s.retired || s.due {
@@ -74,7 +79,8 @@ func (p *hostPool) lifeEnded(c *pconn) {
 // needsReplacementLocked reports whether the load needs c once it
 // retires: it carries requests, requests wait, or no other connection is
 // idle for the next request.
-func (p *hostPool) needsReplacementLocked(c *pconn) bool {
+func (pc *poolConns) needsReplacementLocked(c *pconn) bool {
+	p := pc.pool
 	if c.s.inflight > 0 || p.waiters.len() > 0 {
 		return true
 	}
@@ -85,7 +91,8 @@ func (p *hostPool) needsReplacementLocked(c *pconn) bool {
 // its replacement dialed before it goes: within MaxConnsPerHost, which
 // counts it until it closes, and while the host's requests go over
 // HTTP/1.1.
-func (p *hostPool) mayReplaceLocked() bool {
+func (pc *poolConns) mayReplaceLocked() bool {
+	p := pc.pool
 	if h := p.h2.Load(); h != nil && !h.demoted.Load() {
 		return false
 	}
@@ -94,7 +101,8 @@ func (p *hostPool) mayReplaceLocked() bool {
 
 // retireDueLocked retires c for its lifetime, and reports whether it is
 // idle, to be closed once p.mu is released.
-func (p *hostPool) retireDueLocked(c *pconn) (idle bool) {
+func (pc *poolConns) retireDueLocked(c *pconn) (idle bool) {
+	p := pc.pool
 	c.s.due = false
 	return p.retireNowLocked(c, CloseLifetime)
 }
@@ -102,7 +110,8 @@ func (p *hostPool) retireDueLocked(c *pconn) (idle bool) {
 // replacedLocked retires the connection d was dialed to replace, if any,
 // d's dial having ended (connected or not), and returns it if it is idle,
 // to be closed once p.mu is released.
-func (p *hostPool) replacedLocked(d *dialHandle) *pconn {
+func (pc *poolConns) replacedLocked(d *dialHandle) *pconn {
+	p := pc.pool
 	c := d.replaces
 	if c == nil {
 		return nil

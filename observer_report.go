@@ -10,7 +10,10 @@ import (
 
 // This file reports the engine's events to TransportOptions.Observer
 // (observer.go). Every report is made after the locks that decided it are
-// released; with no Observer, each site costs one nil comparison.
+// released; with no Observer, each site costs one nil comparison. The
+// model's changes not yet reported are the pool's (observerReports, under
+// hostPool.mu); a request's events are its RoundTrip goroutine's
+// (requestObs).
 
 const protoHTTP11 = "HTTP/1.1"
 
@@ -105,13 +108,15 @@ func requestEvent(a *attempt, now time.Time) RequestEvent {
 }
 
 // connEvent describes c at time now.
-func (p *hostPool) connEvent(c *pconn, now time.Time, active bool) ConnEvent {
+func (rep *observerReports) connEvent(c *pconn, now time.Time, active bool) ConnEvent {
+	p := rep.pool
 	return ConnEvent{Time: now, ID: c.id, Host: p.name, Addr: p.key.addr, Protocol: protoHTTP11, RemoteAddr: c.conn.RemoteAddr(), Opened: c.s.opened, Active: active}
 }
 
 // observeAssigned reports that a was given its connection, in the
 // caller's goroutine once acquire returned.
-func (p *hostPool) observeAssigned(a *attempt) {
+func (rep *observerReports) observeAssigned(a *attempt) {
+	p := rep.pool
 	o := p.t.opts.Observer
 	if o == nil {
 		return
@@ -172,9 +177,24 @@ type modelChanges struct {
 	host   []HostEvent
 }
 
+// observerReports is what a pool has to tell the Observer of its model
+// once hostPool.mu is released. Its fields are guarded by hostPool.mu.
+type observerReports struct {
+	pool *hostPool
+
+	// modelChanged are the model's verdict changes not yet reported to
+	// the Observer (observeModel, after mu is released).
+	modelChanged []modelChange
+	// decision is the host's decision as last reported to the Observer,
+	// and hostChanged its changes not yet reported (noteDecisionLocked).
+	decision    model.Decision
+	hostChanged []HostEvent
+}
+
 // takeModelChangesLocked returns the changes not yet reported, the host's
 // decision included if it changed (noteDecisionLocked). p.mu is held.
-func (p *hostPool) takeModelChangesLocked() modelChanges {
+func (rep *observerReports) takeModelChangesLocked() modelChanges {
+	p := rep.pool
 	p.noteDecisionLocked()
 	ch := modelChanges{routes: p.modelChanged, host: p.hostChanged}
 	p.modelChanged, p.hostChanged = nil, nil
@@ -184,7 +204,8 @@ func (p *hostPool) takeModelChangesLocked() modelChanges {
 // noteDecisionLocked compares the host's decision with the one last
 // reported, and queues a HostEvent if it changed; only while an Observer
 // wants them. p.mu is held.
-func (p *hostPool) noteDecisionLocked() {
+func (rep *observerReports) noteDecisionLocked() {
+	p := rep.pool
 	o := p.t.opts.Observer
 	if o == nil || o.HostLearned == nil || p.model.Fixed() || p.key.forwardProxy() {
 		return
@@ -199,7 +220,8 @@ func (p *hostPool) noteDecisionLocked() {
 }
 
 // observeModel reports the model's changes to the Observer.
-func (p *hostPool) observeModel(ch modelChanges) {
+func (rep *observerReports) observeModel(ch modelChanges) {
+	p := rep.pool
 	if len(ch.routes) == 0 && len(ch.host) == 0 {
 		return
 	}
@@ -218,7 +240,8 @@ func (p *hostPool) observeModel(ch modelChanges) {
 	}
 }
 
-func (p *hostPool) observeIdle(c *pconn, went bool) {
+func (rep *observerReports) observeIdle(c *pconn, went bool) {
+	p := rep.pool
 	if !went {
 		return
 	}

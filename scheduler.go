@@ -10,10 +10,11 @@ import (
 	"github.com/pipelined/pipelined/internal/model"
 )
 
-// This file is the choice of a connection for a request, the queue of
-// requests waiting for one, and when a request that could be pipelined
-// dials instead (the first answer's wait, a burst's, a host far away, and
-// what the host model says it gains). Everything here runs under
+// This file is the choice of a connection for a request and the queue of
+// requests waiting for one (scheduler, with its waitQueue and leastWait);
+// when a request that could be pipelined dials instead (the first
+// response's wait, a burst's, a host far away, and what the host model
+// says it gains) is in response_wait.go. Everything here runs under
 // hostPool.mu and reads the connections' schedulable state (sched) only.
 //
 // The order of preference, for each request:
@@ -132,9 +133,22 @@ type waitResult struct {
 	err  error
 }
 
+// scheduler is a pool's queue of waiting requests and its placement of
+// requests on connections. Its fields are guarded by hostPool.mu; its
+// methods named ...Locked are called with hostPool.mu held, the others
+// take it.
+type scheduler struct {
+	pool *hostPool
+
+	waiters waitQueue // FIFO of requests waiting for a connection
+	tick    uint64    // logical clock for head ages
+	policy  leastWait
+}
+
 // acquire assigns a connection to a, waiting for one if needed. It fires
 // a's GetConn and GotConn hooks, outside every lock.
-func (p *hostPool) acquire(a *attempt) (*pconn, error) {
+func (sc *scheduler) acquire(a *attempt) (*pconn, error) {
+	p := sc.pool
 	if t := a.r.trace; t != nil && t.GetConn != nil && !a.askedConn {
 		a.askedConn = true
 		t.GetConn(p.key.dialAddr()) // the proxy's address if proxied, as net/http
@@ -149,7 +163,8 @@ func (p *hostPool) acquire(a *attempt) (*pconn, error) {
 	return c, nil
 }
 
-func (p *hostPool) place(a *attempt) (*pconn, httptrace.GotConnInfo, error) {
+func (sc *scheduler) place(a *attempt) (*pconn, httptrace.GotConnInfo, error) {
+	p := sc.pool
 	ctx := a.r.ctx
 	p.mu.Lock()
 	if p.closed {
@@ -222,7 +237,8 @@ func (p *hostPool) place(a *attempt) (*pconn, httptrace.GotConnInfo, error) {
 }
 
 // pipelineable reports whether a may be written behind other requests.
-func (p *hostPool) pipelineable(a *attempt) bool {
+func (sc *scheduler) pipelineable(a *attempt) bool {
+	p := sc.pool
 	return pipelineableAt(a, p.depthLocked())
 }
 
@@ -239,7 +255,8 @@ func pipelineableAt(a *attempt, depth int) bool {
 // (sched.held), nor a dial that runs one (firstHop.hooked), does not
 // count: a GET beside open event streams gets a connection of its own, as
 // with net/http, and so does one a hook sends.
-func (p *hostPool) canDialLocked(pipelineable bool) bool {
+func (sc *scheduler) canDialLocked(pipelineable bool) bool {
+	p := sc.pool
 	if p.closed {
 		return false
 	}
@@ -269,23 +286,12 @@ func (p *hostPool) canDialLocked(pipelineable bool) bool {
 	return usable < p.t.pipeConns
 }
 
-// hookedDialsLocked returns how many dials in progress run a hook of the
-// user's (firstHop.hooked).
-func (p *hostPool) hookedDialsLocked() int {
-	n := 0
-	for d := range p.dials {
-		if d.hop.hooked.Load() > 0 {
-			n++
-		}
-	}
-	return n
-}
-
 // mayStackLocked reports whether a pipelineable request (held by the
 // pipelining threshold or not) may be written behind others: it may not
 // dial, and, until the host's first answer (model.FirstResponseWait), it
 // could not dial even beyond the threshold.
-func (p *hostPool) mayStackLocked(held bool) bool {
+func (sc *scheduler) mayStackLocked(held bool) bool {
+	p := sc.pool
 	if p.canDialLocked(held) {
 		return false
 	}
@@ -300,7 +306,8 @@ func (p *hostPool) mayStackLocked(held bool) bool {
 // streams started at once on 4 connections being dialed were otherwise
 // stacked 4 deep on the first one up (the last first chunk after three
 // streams' time, against net/http's one).
-func (p *hostPool) stackOnLocked(depth int) *pconn {
+func (sc *scheduler) stackOnLocked(depth int) *pconn {
+	p := sc.pool
 	if !p.model.Proven() {
 		return p.probeLocked(depth)
 	}
@@ -326,7 +333,8 @@ func (p *hostPool) stackOnLocked(depth int) *pconn {
 // proves nothing: gthread answers one that came in a read of its own. The
 // probe's close is a failure before proof, which sets off the depth
 // fallback (notePipelineFailure); the host is probed again after it.
-func (p *hostPool) probeLocked(depth int) *pconn {
+func (sc *scheduler) probeLocked(depth int) *pconn {
+	p := sc.pool
 	if p.model.Fixed() {
 		// Learns nothing (TransportOptions.FixedPolicy): pipelined at
 		// its full depth from the start, as if proven.
@@ -340,30 +348,30 @@ func (p *hostPool) probeLocked(depth int) *pconn {
 	return p.policy.pipeline(p.conns, 2)
 }
 
-// dialSoonLocked reports whether a dial in progress started less than
-// margin times the host's dial time ago (model.QuickWait at least): one that
-// hangs holds nobody back for longer. A request it held back is placed
-// at the next dispatch (an answer, a dial's end): what it would have
-// waited behind meanwhile holds its connection.
-func (p *hostPool) dialSoonLocked() bool {
-	soon := p.model.DialSoon()
-	now := monoNow()
-	for d := range p.dials {
-		if d.replaces == nil && time.Duration(now-d.start) < soon { // a replacement's carries nobody's request
-			return true
-		}
-	}
-	return false
-}
-
 // dispatchLocked hands connections to waiters in FIFO order: an idle
 // connection to anyone; otherwise the first p.dialing waiters wait for those
 // dials (or for a connection that becomes idle first); a further waiter
 // starts a dial if it may, or is pipelined if it may.
-func (p *hostPool) dispatchLocked() {
+func (sc *scheduler) dispatchLocked() {
+	p := sc.pool
 	if p.waiters.len() == 0 {
 		return
 	}
+	if sc.toH2Locked() {
+		return
+	}
+	p.farDialLocked()
+	needIdle := sc.placeWaitersLocked()
+	// A request that needs an empty connection would starve behind a
+	// steady stream of pipelined ones: stop feeding one connection per such
+	// request so that it drains.
+	sc.reserveLocked(needIdle)
+}
+
+// toH2Locked sends every waiter to the host's HTTP/2 side if nothing here
+// will serve them, and reports whether it did.
+func (sc *scheduler) toH2Locked() bool {
+	p := sc.pool
 	if h := p.h2.Load(); h != nil && len(p.conns) == 0 && p.dialing == 0 && !h.demoted.Load() && !h.gone.Load() {
 		// The host speaks HTTP/2, and no HTTP/1.1 connection of its is
 		// open or coming: nothing here will serve the waiters, and none
@@ -375,20 +383,38 @@ func (p *hostPool) dispatchLocked() {
 			h.users.Add(1) // p is not gone: neither is h
 			w.give(waitResult{err: &useH2{h}})
 		}
-		return
+		return true
 	}
-	p.farDialLocked()
-	covered := p.dialing - p.replacing // waiters count on the dials of their own
-	depth := p.depthLocked()
-	gains := p.gainsLocked()
-	needIdle := 0 // waiters that can only take an idle connection
-	keptSolo := 0 // solo waiters left in the queue so far
+	return false
+}
+
+// dispatchScan is what one pass of dispatchLocked over the queue has found
+// so far, so that a waiter further on does not look again for what one
+// before it did not find. It lives on the dispatching goroutine's stack,
+// under hostPool.mu.
+type dispatchScan struct {
+	covered  int  // waiters count on the dials of their own
+	depth    int  // the host's depth (depthLocked)
+	gains    bool // the host gains from pipelining (gainsLocked)
+	needIdle int  // waiters that can only take an idle connection
+	keptSolo int  // solo waiters left in the queue so far
 	// noIdle: no connection is idle (assignments never make one);
 	// noIdleFragile: none is idle for a request that cannot be retried
 	// (noIdle implies it; the converse fails for a connection near its
 	// server's Keep-Alive end, which only retryable requests take).
-	noIdle, noIdleFragile, settled := false, false, false
-	noPipe := false // no connection can take one more pipelined request
+	noIdle, noIdleFragile, settled bool
+	noPipe                         bool // no connection can take one more pipelined request
+}
+
+// placeWaitersLocked is dispatchLocked's pass over the queue, in FIFO
+// order. It returns how many waiters left in the queue can only take an
+// idle connection.
+func (sc *scheduler) placeWaitersLocked() (needIdle int) {
+	p := sc.pool
+	var d dispatchScan
+	d.covered = p.dialing - p.replacing // waiters count on the dials of their own
+	d.depth = p.depthLocked()
+	d.gains = p.gainsLocked()
 	for i := 0; i < p.waiters.len(); {
 		w := p.waiters.at(i)
 		if p.closed {
@@ -396,65 +422,89 @@ func (p *hostPool) dispatchLocked() {
 			w.give(waitResult{err: ErrTransportClosed})
 			continue
 		}
-		pipe := pipelineableAt(w.a, depth)
-		held := pipe && gains // held back by the pipelining threshold
-		fragile := !w.a.r.replayable
-		var c *pconn
-		if !noIdle && !(fragile && noIdleFragile) {
-			c = p.policy.idle(p.conns, fragile)
-			if c == nil {
-				noIdleFragile = true
-				noIdle = !fragile
-			}
-		}
-		if c == nil && pipe && !noPipe && covered == 0 && p.mayStackLocked(held) {
-			c = p.stackOnLocked(depth)
-			noPipe = c == nil
-		}
-		if c != nil {
+		pipe := pipelineableAt(w.a, d.depth)
+		held := pipe && d.gains // held back by the pipelining threshold
+		if c := sc.connForLocked(&d, w.a, pipe, held); c != nil {
 			info := p.assignLocked(c, w.a)
 			p.waiters.removeAt(i)
 			w.give(waitResult{c: c, info: info})
 			continue
 		}
 		if solo(w.a) {
-			keptSolo++
+			d.keptSolo++
 		}
-		switch {
-		case covered > 0:
-			covered--
-		case p.canDialLocked(held):
-			p.startDialLocked(w.a.r.ctx)
-		default:
-			if !pipe {
-				needIdle++
-			}
-			if !noIdle && noIdleFragile && !settled {
-				// Only fragile requests have found no idle connection so far.
-				settled = true
-				noIdle = p.policy.idle(p.conns, false) == nil
-			}
-			if noIdle && !p.canDialLocked(false) {
-				noPipe = noPipe || depth <= 1 || !p.policy.anyPipeline(p.conns, depth)
-				if noPipe {
-					// No idle connection, no dial, no pipelining: nobody
-					// further in the queue can be placed either, and those
-					// that are never pipelined need an idle connection.
-					rest := p.waiters.len() - i - 1
-					if depth > 1 {
-						rest = p.waiters.solo - keptSolo
-					}
-					needIdle += rest
-					i = p.waiters.len()
-					continue
-				}
-			}
+		if sc.keepWaitingLocked(&d, w.a, pipe, held, i) {
+			break
 		}
 		i++
 	}
-	// A request that needs an empty connection would starve behind a
-	// steady stream of pipelined ones: stop feeding one connection per such
-	// request so that it drains.
+	return d.needIdle
+}
+
+// connForLocked returns the connection waiting request a takes now, an
+// idle one or a busy one it is pipelined on, or nil. pipe: a may be
+// pipelined; held: held back by the pipelining threshold.
+func (sc *scheduler) connForLocked(d *dispatchScan, a *attempt, pipe, held bool) *pconn {
+	p := sc.pool
+	fragile := !a.r.replayable
+	var c *pconn
+	if !d.noIdle && !(fragile && d.noIdleFragile) {
+		c = p.policy.idle(p.conns, fragile)
+		if c == nil {
+			d.noIdleFragile = true
+			d.noIdle = !fragile
+		}
+	}
+	if c == nil && pipe && !d.noPipe && d.covered == 0 && p.mayStackLocked(held) {
+		c = p.stackOnLocked(d.depth)
+		d.noPipe = c == nil
+	}
+	return c
+}
+
+// keepWaitingLocked deals with a, the i-th waiter, which found no
+// connection (connForLocked): it counts on a dial in progress, starts one,
+// or waits. It reports whether nobody further in the queue can be placed
+// either, which ends the pass.
+func (sc *scheduler) keepWaitingLocked(d *dispatchScan, a *attempt, pipe, held bool, i int) (end bool) {
+	p := sc.pool
+	switch {
+	case d.covered > 0:
+		d.covered--
+	case p.canDialLocked(held):
+		p.startDialLocked(a.r.ctx)
+	default:
+		if !pipe {
+			d.needIdle++
+		}
+		if !d.noIdle && d.noIdleFragile && !d.settled {
+			// Only fragile requests have found no idle connection so far.
+			d.settled = true
+			d.noIdle = p.policy.idle(p.conns, false) == nil
+		}
+		if d.noIdle && !p.canDialLocked(false) {
+			d.noPipe = d.noPipe || d.depth <= 1 || !p.policy.anyPipeline(p.conns, d.depth)
+			if d.noPipe {
+				// No idle connection, no dial, no pipelining: nobody
+				// further in the queue can be placed either, and those
+				// that are never pipelined need an idle connection.
+				rest := p.waiters.len() - i - 1
+				if d.depth > 1 {
+					rest = p.waiters.solo - d.keptSolo
+				}
+				d.needIdle += rest
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// reserveLocked keeps needIdle connections, reserved already or draining
+// (leastWait.drainCandidate), free of new requests for the waiters that
+// need an empty connection.
+func (sc *scheduler) reserveLocked(needIdle int) {
+	p := sc.pool
 	reserved := 0
 	for _, c := range p.conns {
 		if c.s.reserved {
@@ -559,168 +609,98 @@ func (leastWait) drainCandidate(conns []*pconn) *pconn {
 	return best
 }
 
-// The first answer. Until a host has answered once, nothing tells a fast
-// server (where pipelining a burst saves connections at no cost) from one
-// whose answers take long (where a burst pipelined over a few connections
-// waits several service times, and net/http, dialing one connection per
-// request, answers it in one). So a pipelineable request that would be
-// written behind another, while it could dial (MaxConnsPerHost), waits
-// unwritten instead: for a connection that becomes idle, or for the host's
-// first answer, after which it is pipelined as usual; and if no answer
-// comes within model.FirstResponseWait of the host's first connection, it dials, as
-// net/http would, until the first answer. A fast server near by costs a
-// burst one round trip; a slow one, a few milliseconds on top of
-// net/http's time; a server far away (a dial of model.QuickWait or more),
-// nothing.
-
-// A host far away. Until a host's first connection is up, the requests
-// beyond the first wait for it: its dial time sets the wait for the first
-// answer (model.FirstResponseWait), and its protocol may be HTTP/2, which takes every
-// request on one connection (canDialLocked). A host whose first dial has
-// not made its way to the target (firstHop: TCP, or through a proxy)
-// within farHop is far away, or slow to resolve: that wait would add a
-// dial to net/http's time, and no answer can come sooner than the round
-// trip the dial shows. So the waiters dial at once, as net/http's
-// do, and HTTP/2 connections found extra are closed (h2Dialed), as
-// net/http's HTTP/2 pool closes them. A burst of 20 GETs over a 50 ms
-// round trip waited one dial more than net/http over http, and two over
-// https (a TCP dial, then TLS, to learn the protocol). (model.FarHop;
-// under the race detector with 50 goroutines starting at once, a
-// loopback connect took up to 70 ms.)
-
-// farDialLocked ends the wait for the host's first connection (and the
-// first answer's, model.FirstResponseWait of a far host's dial) if a first hop has
-// been under way for farHop: see farLocked. Until then it sets
-// graceTimer to look again (startDialLocked sets it for the first look).
-// The time is the hop's own, from its call, not the dial's: a dialing
-// goroutine that a busy machine starts late is not far away.
-func (p *hostPool) farDialLocked() {
-	if p.learned || !p.graceEnd.IsZero() {
-		return
+// assignLocked reserves a place for a on c and returns what the GotConn
+// hook reports, for the caller to fire once mu is released.
+func (sc *scheduler) assignLocked(c *pconn, a *attempt) httptrace.GotConnInfo {
+	p := sc.pool
+	s := &c.s
+	a.c = c
+	wasIdle := s.inflight == 0
+	s.inflight++
+	c.placed.Store(int32(s.inflight))
+	s.assigned++
+	a.inflightAtAssign = int32(s.inflight)
+	a.activated = !s.active
+	s.active = true
+	if assignHooked(a, p.t.opts.Observer) {
+		s.held++
+		a.heldAtAssign = true
 	}
-	now := monoNow()
-	next := time.Duration(0)
-	for d := range p.dials {
-		if !d.hop.done.Load() {
-			left := p.t.farHop - d.hop.pending(now)
-			if left <= 0 {
-				p.graceEnd = time.Now()
-				return
-			}
-			if next == 0 || left < next {
-				next = left
-			}
+	if wasIdle {
+		p.unlistIdleLocked(c)
+		p.tick++
+		s.headTick = p.tick
+		s.reserved = false
+		if p.answered && !p.burst && !p.model.Fixed() && p.quietLocked(c) {
+			p.burst, p.burstTimed, p.burstStart = true, false, monoNow()
 		}
 	}
-	if next > 0 {
-		p.armGraceLocked(next)
+	if b := p.model.ConnBudget(); b > 0 && s.assigned >= b {
+		p.retireLocked(c, CloseBudget)
+		s.atBudget = true
 	}
+	if s.kaLimit > 0 && s.assigned >= s.kaLimit {
+		p.retireLocked(c, CloseKeepAliveEnd) // the server accepts no more on it (Keep-Alive max)
+	}
+	if !a.r.pipelineable || a.alone || !a.follow.OK() {
+		// Nothing is written behind it: a request that is not safe
+		// until its final status (gotHeadersLocked), one alone or of a
+		// route not known to answer bounded and quickly (internal/model) until
+		// its answer is read.
+		s.exclusive = true
+	}
+	if a.r.closeAfter || a.r.upgrade {
+		// Nothing may follow: the connection ends, or leaves the pool.
+		p.retireLocked(c, closeReasonOf(a.r))
+	}
+	m := &p.model
+	m.Earn()
+	hol := p.t.holTimeout()
+	a.holAfter = m.EarlyAfter(hol)
+	a.streamGap = m.StreamGap()
+	// Whether a is the probe is known when it joins the fifo
+	// (attempt.probing): requests go out in the order they take the
+	// write token, not that of their places.
+	a.probeAfter = m.ProbeWait(hol)
+	if a.r.trace == nil || a.r.trace.GotConn == nil {
+		return httptrace.GotConnInfo{}
+	}
+	// Pipelined behind requests in flight: the connection is reused but
+	// was not idle (docs/parity.md).
+	info := httptrace.GotConnInfo{Conn: c.conn, Reused: s.served > 0 || !wasIdle, WasIdle: wasIdle && s.served > 0}
+	if info.WasIdle {
+		info.IdleTime = time.Since(s.idleSince)
+	}
+	return info
 }
 
-// farLocked reports whether the host's first dial showed it far away
-// before any dial succeeded (farDialLocked).
-func (p *hostPool) farLocked() bool {
-	return !p.learned && !p.graceEnd.IsZero()
+// assignHooked reports whether a hook of the user's is told of a's
+// assignment: GotConn, ConnActive (if it made its connection active) or
+// RequestAssigned.
+func assignHooked(a *attempt, o *Observer) bool {
+	if t := a.r.trace; t != nil && t.GotConn != nil {
+		return true
+	}
+	return o != nil && (o.RequestAssigned != nil || o.ConnActive != nil && a.activated)
 }
 
-// startGraceLocked starts the wait for the host's first answer when its
-// first connection is established, took being that connection's dial.
-// With no wait, the dispatch that follows (joinUnlock) lets the waiters
-// dial.
-func (p *hostPool) startGraceLocked(took time.Duration) {
-	if p.answered || !p.graceEnd.IsZero() {
-		return
+// depthLocked returns the host's effective pipeline depth: 1 through an
+// HTTP forward proxy, else what its model allows (model.Host.Depth). p.mu
+// must be held.
+func (sc *scheduler) depthLocked() int {
+	p := sc.pool
+	if p.key.forwardProxy() {
+		// Requests to an HTTP proxy in absolute form are not pipelined,
+		// as no browser pipelined through proxies: the proxy relays
+		// what follows a request to the origin whatever it makes of it,
+		// and one that ends each connection after one answer without
+		// saying so (tinyproxy 1.11) hands a pipelined request to an
+		// origin that has closed, whose reset cuts the answer before
+		// it short. The caller has its head by then, so the request
+		// cannot be sent again; net/http, which never pipelines, gets
+		// it whole. Tunnels (CONNECT, SOCKS5) carry the origin's
+		// requests untouched and are pipelined as a direct connection.
+		return 1
 	}
-	d := model.FirstResponseWait(took)
-	p.graceEnd = time.Now().Add(d)
-	if d > 0 {
-		p.armGraceLocked(d)
-	}
-}
-
-// armGraceLocked sets graceTimer to dispatch the waiters in d: at the end
-// of the wait for the host's first answer, or for a burst's. One timer
-// serves both, so that Close stops whichever is pending.
-func (p *hostPool) armGraceLocked(d time.Duration) {
-	if p.graceTimer != nil {
-		p.graceTimer.Reset(d)
-		return
-	}
-	p.graceTimer = time.AfterFunc(d, func() {
-		p.mu.Lock()
-		p.dispatchLocked()
-		p.mu.Unlock()
-	})
-}
-
-// A burst is the first answer's wait again: requests given connections
-// while the host had nothing in flight, after an answer or a pause of any
-// length. Until one of them is answered, a pipelineable request is not
-// written behind another while it could dial: it waits unwritten for an
-// idle connection or for the burst's first answer, and dials if none comes
-// within burstWait of the burst's start. A host answered quickly before
-// may be slow for this burst (a burst of slow GETs to Tomcat or Jetty,
-// which run a connection's requests one at a time, after a quick one: 3-4
-// times net/http's time when pipelined four deep at once). A fast server
-// costs a burst's stacked requests one answer's time.
-func (p *hostPool) burstWaitLocked() time.Duration {
-	return p.model.BurstWait()
-}
-
-// quietLocked reports whether no connection of p but c has a request in
-// flight.
-func (p *hostPool) quietLocked(c *pconn) bool {
-	for _, o := range p.conns {
-		if o != c && o.s.inflight > 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// burstWaitingLocked reports whether a burst waits for its first answer,
-// setting graceTimer for the end of the wait once.
-func (p *hostPool) burstWaitingLocked() bool {
-	if !p.burst {
-		return false
-	}
-	left := p.burstWaitLocked() - time.Duration(monoNow()-p.burstStart)
-	if left <= 0 {
-		return false
-	}
-	if !p.burstTimed {
-		p.burstTimed = true
-		p.armGraceLocked(left)
-	}
-	return true
-}
-
-// awaitsAnswerLocked reports whether the host has not answered yet and the
-// wait for its first answer is not over, or a burst waits for its first
-// answer: a request must not be pipelined while it could dial.
-func (p *hostPool) awaitsAnswerLocked() bool {
-	if p.model.Fixed() {
-		return false
-	}
-	if !p.answered {
-		return p.graceEnd.IsZero() || time.Now().Before(p.graceEnd)
-	}
-	return p.burstWaitingLocked()
-}
-
-// gainsLocked reports whether the host gains from pipelining, so that
-// the pipelining threshold holds back the dials of pipelineable requests
-// (as far as is known: a host that has not answered within its
-// first-answer wait is dialed like a serial one until it does).
-func (p *hostPool) gainsLocked() bool {
-	if p.model.Fixed() {
-		return true // learns nothing: the pipelining threshold holds
-	}
-	if !p.answered && !p.graceEnd.IsZero() && !time.Now().Before(p.graceEnd) {
-		return false
-	}
-	if p.burst && time.Duration(monoNow()-p.burstStart) >= p.burstWaitLocked() {
-		return false // the burst had no answer within its wait
-	}
-	return p.model.Gains()
+	return p.model.Depth(p.t.depth)
 }
