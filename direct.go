@@ -442,13 +442,13 @@ func (c *pconn) writeHeld(a *attempt, h *wireHead, body io.ReadCloser) error {
 		// Written but for the flush: the header timer (a read deadline)
 		// must run through the wait.
 		c.armHeaderTimeout(a)
-		quiet, werr = c.peek.lookWrite()
+		quiet, werr = c.peek.LookWrite()
 	} else {
 		c.dropHeld() // a partial request never reaches the socket
 	}
 	switch {
 	case werr == nil && !quiet:
-		if c.peek.sawPeer() {
+		if c.peek.SawPeer() {
 			c.peerEnded()
 		}
 		c.endHeldWrite()

@@ -559,7 +559,7 @@ func (c *writeWatchConn) SyscallConn() (syscall.RawConn, error) {
 }
 
 func (c *writeWatchConn) Write(p []byte) (int, error) {
-	if inFrame(".(*peeker).lookThenWrite") {
+	if inFrame(".(*Peeker).lookThenWrite") {
 		c.inLook.Add(1)
 	} else {
 		c.outside.Add(1)

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pipelined/pipelined/internal/socket"
 )
 
 // A pconn is one HTTP/1.1 connection carrying a pipeline of requests.
@@ -108,7 +110,7 @@ type pconn struct {
 	// canDirect: the connection can be checked for bytes without reading
 	// them (quiet), so a caller may read its own answer. Set once.
 	canDirect bool
-	peek      *peeker // looks at the socket (quiet); the read turn's. Set with canDirect
+	peek      *socket.Peeker // looks at the socket (quiet); the read turn's. Set with canDirect
 	// readsNow: a direct reader may read a body from the socket itself
 	// (peeker.readNow): the connection is a plain TCP one, with nothing
 	// of its own between it and the socket (no TLS, no wrapper that
@@ -262,7 +264,7 @@ type netReader struct {
 	// ack, if set, acknowledges at once what the socket has received
 	// (peeker.ackNow); set once, with the connection. ackT runs it when a
 	// read waits longer than ackStall while answers are still due.
-	ack  *peeker
+	ack  *socket.Peeker
 	ackT *time.Timer
 	// pipelined: an answer due on the connection was asked for behind
 	// another (the first of fifo was written behind one, or fifo holds
@@ -353,7 +355,7 @@ func (r *netReader) read(p []byte) (int, error) {
 		return n, err
 	}
 	if r.ackT == nil {
-		r.ackT = time.AfterFunc(ackStall, r.ack.ackNow)
+		r.ackT = time.AfterFunc(ackStall, r.ack.AckNow)
 	} else {
 		r.ackT.Reset(ackStall)
 	}
@@ -425,9 +427,9 @@ func newPconn(t *Transport, ev connEvents, conn net.Conn, state *tls.ConnectionS
 	c.wc.unacked = &c.nr.unacked
 	c.nr.wrote = &c.wc.n
 	c.bw = bufio.NewWriterSize(&c.wc, o.WriteBufferSize)
-	if c.peek = newPeeker(conn); c.peek != nil {
+	if c.peek = socket.NewPeeker(conn); c.peek != nil {
 		_, c.readsNow = conn.(*net.TCPConn)
-		c.peek.write = c.flushHeld
+		c.peek.Write = c.flushHeld
 		c.nr.ack = c.peek
 		c.canDirect = true
 		c.wake = make(chan struct{}, 1)
@@ -563,7 +565,7 @@ func (c *pconn) claimReader(a *attempt, body io.ReadCloser, inline bool) (direct
 		switch {
 		case !c.quietBuffered():
 			spoke = true
-		case tells && !c.peek.socketQuiet():
+		case tells && !c.peek.SocketQuiet():
 			spoke = true
 			c.peerEnded() // at the socket: a close, or an answer to nothing
 		}
@@ -1209,7 +1211,7 @@ func (c *pconn) readNow(size int) (*[]byte, int) {
 	b := (*buf)[:size]
 	n, _ := io.ReadFull(c.br, b[:c.br.Buffered()])
 	for n < size {
-		m := c.peek.readNow(b[n:])
+		m := c.peek.ReadNow(b[n:])
 		if m == 0 {
 			break
 		}
