@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pipelined/pipelined/internal/h1"
 )
 
 // byteSize marks a constant of fixedValues that counts bytes: its value is
@@ -18,8 +20,9 @@ import (
 // requests, samples, codes) are written in decimal.
 type byteSize int64
 
-// fixedValues holds every numeric constant of the package's source, by name,
-// with its value as the compiler sees it. Each has one row in the table of
+// fixedValues holds every numeric constant of the package's source and of
+// its internal packages' (named pkg.Name), by name, with its value as the
+// compiler sees it. Each has one row in the table of
 // docs/model.md (Tuning values) or of docs/design.md (Fixed values), whose
 // value cell is the value's canonical form (canonical). A constant added
 // gets an entry here and a row in one table: wrapped in byteSize if it
@@ -42,9 +45,9 @@ var fixedValues = map[string]any{
 	"h2CodeRefusedStream": h2CodeRefusedStream,
 	// holprotect.go
 	"DefaultHeadOfLineTimeout": DefaultHeadOfLineTimeout,
-	// keepalive.go
-	"maxKeepAliveTimeout": maxKeepAliveTimeout,
-	"maxKeepAliveMax":     maxKeepAliveMax,
+	// internal/h1/keepalive.go
+	"h1.MaxKeepAliveTimeout": h1.MaxKeepAliveTimeout,
+	"h1.MaxKeepAliveMax":     h1.MaxKeepAliveMax,
 	// model.go
 	"fnvOffset":     uint64(fnvOffset),
 	"fnvPrime":      uint64(fnvPrime),
@@ -168,7 +171,8 @@ func TestCanonical(t *testing.T) {
 }
 
 // sourceConstants lists the numeric constants of the package's non-test
-// files, by name, with the file each is declared in. It leaves out groups
+// files and of its internal packages' (named pkg.Name), by name, with the
+// file each is declared in. It leaves out groups
 // that use iota (enumerations) and string constants; a constant declared
 // in a function is listed with the file "func:" and its file, since it
 // cannot be named from here.
@@ -178,6 +182,11 @@ func sourceConstants(t *testing.T) map[string]string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	internal, err := filepath.Glob("internal/*/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, internal...)
 	consts := map[string]string{}
 	fset := token.NewFileSet()
 	for _, name := range files {
@@ -188,19 +197,23 @@ func sourceConstants(t *testing.T) map[string]string {
 		if err != nil {
 			t.Fatal(err)
 		}
+		pkg := ""
+		if filepath.Dir(name) != "." {
+			pkg = f.Name.Name + "."
+		}
 		top := map[*ast.GenDecl]bool{}
 		for _, d := range f.Decls {
 			if d, ok := d.(*ast.GenDecl); ok && d.Tok == token.CONST {
 				top[d] = true
 				for _, c := range numericConsts(d) {
-					consts[c] = name
+					consts[pkg+c] = name
 				}
 			}
 		}
 		ast.Inspect(f, func(n ast.Node) bool {
 			if d, ok := n.(*ast.GenDecl); ok && d.Tok == token.CONST && !top[d] {
 				for _, c := range numericConsts(d) {
-					consts[c] = "func:" + name
+					consts[pkg+c] = "func:" + name
 				}
 			}
 			return true

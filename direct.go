@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/pipelined/pipelined/internal/h1"
 )
 
 // This file is the read turn of a connection: who reads its responses.
@@ -82,7 +84,7 @@ var errHandOver = errors.New("pipelined: response handed to the reader")
 type pendingBody struct {
 	a       *attempt
 	resp    *http.Response
-	f       framing
+	f       h1.Framing
 	closing bool
 	// got, if set, holds the body's first n bytes, read by the direct
 	// reader (pconn.readNow): a buffer of the body's size.

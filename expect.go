@@ -2,9 +2,10 @@ package pipelined
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"time"
+
+	"github.com/pipelined/pipelined/internal/h1"
 )
 
 // This file implements "Expect: 100-continue" (RFC 9110 §10.1.1) as
@@ -73,4 +74,4 @@ func (c *pconn) waitForContinue(a *attempt) func() bool {
 // readResponseHead reset its header budget: as net/http, once 1xx
 // responses are delivered to ClientTrace.Got1xxResponse, the caller bounds
 // their number, and MaxResponseHeaderBytes applies to each head alone.
-var errResetHeaderLimit = errors.New("pipelined: reset header limit")
+var errResetHeaderLimit = h1.ErrResetHeaderLimit

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pipelined/pipelined/internal/h1"
 	"github.com/pipelined/pipelined/internal/socket"
 )
 
@@ -289,8 +290,8 @@ type netReader struct {
 	pending, pbuf []byte
 }
 
-// unread hands b back, to be read again first.
-func (r *netReader) unread(b []byte) {
+// Unread hands b back, to be read again first.
+func (r *netReader) Unread(b []byte) {
 	r.pbuf = append(r.pbuf[:0], b...)
 	r.pending = r.pbuf
 }
@@ -1073,7 +1074,7 @@ func (c *pconn) readOne(a *attempt, peekErr error, direct bool) error {
 	if t := a.r.trace; t != nil && t.GotFirstResponseByte != nil && a.state.Load() == attemptWaiting {
 		c.hooked(t.GotFirstResponseByte)
 	}
-	resp, f, err := readResponseHead(c.br, a.r.method, c.t.opts.MaxResponseHeaderBytes, c.interimHook(a))
+	resp, f, err := h1.ReadResponseHead(c.br, a.r.method, c.t.opts.MaxResponseHeaderBytes, c.interimHook(a))
 	armed := c.disarm(a)
 	c.holStop()
 	if err != nil {
@@ -1103,7 +1104,7 @@ func (c *pconn) readOne(a *attempt, peekErr error, direct bool) error {
 		}
 	}
 	if _, ok := resp.Header["Keep-Alive"]; ok {
-		ka := parseKeepAlive(resp.Header)
+		ka := h1.ParseKeepAlive(resp.Header)
 		a.ka = &ka
 	}
 	resp.Request = a.r.req
@@ -1113,7 +1114,7 @@ func (c *pconn) readOne(a *attempt, peekErr error, direct bool) error {
 	// (Upgrade). One that names none, or no Connection: upgrade, switches
 	// to nothing anyone could read: as with net/http, it is the answer,
 	// without a body, and the connection ends with it.
-	switched := resp.StatusCode == http.StatusSwitchingProtocols && isProtocolSwitch(resp.Header)
+	switched := resp.StatusCode == http.StatusSwitchingProtocols && h1.IsProtocolSwitch(resp.Header)
 	closing := resp.Close || a.r.closeAfter || resp.StatusCode == http.StatusSwitchingProtocols && !switched
 	if closing {
 		// RFC 9112 §9.6: a server that sends "close" processes no
@@ -1152,12 +1153,12 @@ func isTimeout(err error) bool {
 // response's body buffer, returning when the connection is positioned at
 // the next response. A body already in the read buffer is handed over
 // whole; any other is handed over as it arrives, the headers first.
-func (c *pconn) readBody(a *attempt, resp *http.Response, f framing, closing, direct bool) error {
+func (c *pconn) readBody(a *attempt, resp *http.Response, f h1.Framing, closing, direct bool) error {
 	a.bodyLen = -1
-	if f.kind == bodyLength {
-		a.bodyLen = f.n // before the pool hears of the head (gotHeaders, finishResponse)
+	if f.Kind == h1.BodyLength {
+		a.bodyLen = f.N // before the pool hears of the head (gotHeaders, finishResponse)
 	}
-	if f.kind == bodyNone {
+	if f.Kind == h1.BodyNone {
 		resp.Body = http.NoBody
 		a.noBody = true
 		c.finishResponse(a, closing, true)
@@ -1166,18 +1167,18 @@ func (c *pconn) readBody(a *attempt, resp *http.Response, f framing, closing, di
 	}
 	var got *[]byte // the body's first n bytes, read by a direct reader
 	var n int
-	if f.kind == bodyLength && f.n <= maxBufferedBody {
-		whole := f.n <= int64(c.br.Buffered())
-		if !whole && direct && f.n <= maxReadAhead && c.readsNow {
-			got, n = c.readNow(int(f.n))
-			whole = n == int(f.n)
+	if f.Kind == h1.BodyLength && f.N <= maxBufferedBody {
+		whole := f.N <= int64(c.br.Buffered())
+		if !whole && direct && f.N <= maxReadAhead && c.readsNow {
+			got, n = c.readNow(int(f.N))
+			whole = n == int(f.N)
 		}
 		if whole {
 			// The whole body is here: the connection is free again (and
 			// counted so) by the time the caller sees its response.
 			if got == nil {
-				got = getBodyBuf(int(f.n))
-				n, _ = io.ReadFull(c.br, (*got)[:f.n])
+				got = getBodyBuf(int(f.N))
+				n, _ = io.ReadFull(c.br, (*got)[:f.N])
 			}
 			b := newBody(a.r.ctx, resp, got)
 			b.w, b.end = n, true
@@ -1225,11 +1226,11 @@ func (c *pconn) readNow(size int) (*[]byte, int) {
 
 // readBodyFrom is readBody's reader goroutine: it reads a's body into its
 // buffer as it arrives, the first n bytes of which may be in got already.
-func (c *pconn) readBodyFrom(a *attempt, resp *http.Response, f framing, closing bool, got *[]byte, n int) error {
+func (c *pconn) readBodyFrom(a *attempt, resp *http.Response, f h1.Framing, closing bool, got *[]byte, n int) error {
 	var (
 		src io.Reader = c.br
 		lr  *io.LimitedReader
-		cr  *chunkedReader
+		cr  *h1.ChunkedReader
 		// open: the end is not in sight (a large or open-ended body):
 		// nothing new goes behind it while it is read (streaming). A body
 		// of known length up to maxBufferedBody is read whole into a
@@ -1241,18 +1242,18 @@ func (c *pconn) readBodyFrom(a *attempt, resp *http.Response, f framing, closing
 		tentative bool
 		size      = 4 << 10
 	)
-	switch f.kind {
-	case bodyLength:
-		lr = &io.LimitedReader{R: c.br, N: f.n - int64(n)}
+	switch f.Kind {
+	case h1.BodyLength:
+		lr = &io.LimitedReader{R: c.br, N: f.N - int64(n)}
 		src = lr
-		open = f.n > maxBufferedBody
-		size = int(f.n)
+		open = f.N > maxBufferedBody
+		size = int(f.N)
 		if open {
 			size = maxReadAhead
 		}
-	case bodyChunked:
-		cr = newChunkedReader(c.br, c.t.opts.MaxResponseHeaderBytes)
-		cr.raw = &c.nr
+	case h1.BodyChunked:
+		cr = h1.NewChunkedReader(c.br, c.t.opts.MaxResponseHeaderBytes)
+		cr.Raw = &c.nr
 		src = cr
 		if ct := resp.Header["Content-Type"]; a.toStream || len(ct) > 0 && isEventStream(ct[0]) {
 			// Server-sent events, or an answer on a path whose answers
@@ -1322,7 +1323,7 @@ func (c *pconn) readBodyFrom(a *attempt, resp *http.Response, f framing, closing
 	c.finishResponse(a, closing, false)
 	var trailer http.Header
 	if cr != nil {
-		trailer = cr.trailer
+		trailer = cr.Trailer()
 	}
 	b.finish(nil, trailer)
 	return nil
@@ -1361,7 +1362,7 @@ type bodyStream struct {
 	// (read).
 	src io.Reader
 	lr  *io.LimitedReader
-	cr  *chunkedReader
+	cr  *h1.ChunkedReader
 	// open: the end is not in sight (chunked, until close, or longer than
 	// maxBufferedBody). Its first read from the network makes it a stream.
 	open bool
@@ -1459,7 +1460,7 @@ func (s *bodyStream) pump() error {
 			// The next chunk's size line first: a body that has just
 			// filled its buffer may have ended, and needs no room to
 			// say so.
-			more, err := cr.more()
+			more, err := cr.More()
 			if err != nil {
 				return unexpected(err)
 			}
@@ -1733,7 +1734,7 @@ func (s *bodyStream) stop() {
 // at most maxDrain, so that the connection can be reused (RFC 9112 §9.3);
 // its early close bounds the time it may take (earlyClose). Otherwise the
 // connection is closed.
-func (c *pconn) drain(lr *io.LimitedReader, cr *chunkedReader) error {
+func (c *pconn) drain(lr *io.LimitedReader, cr *h1.ChunkedReader) error {
 	switch {
 	case lr != nil && lr.N <= maxDrain:
 		_, err := io.Copy(io.Discard, lr)
@@ -2036,7 +2037,7 @@ func (c *pconn) fail(err error) {
 // isMalformed reports whether err says a response could not be parsed.
 func isMalformed(err error) bool {
 	var fe *FramingError
-	var he *headerTooLargeError
+	var he *h1.HeaderTooLargeError
 	return errors.As(err, &fe) || errors.As(err, &he)
 }
 
@@ -2054,7 +2055,7 @@ func (c *pconn) detach() {
 // must not be retried: the server answered, badly or too slowly.
 func isFinalError(err error) bool {
 	var fe *FramingError
-	var he *headerTooLargeError
+	var he *h1.HeaderTooLargeError
 	return errors.As(err, &fe) || errors.As(err, &he) || err == ErrResponseHeaderTimeout ||
 		errors.Is(err, ErrTransportClosed)
 }

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pipelined/pipelined/internal/h1"
 	"golang.org/x/net/http/httpguts"
 )
 
@@ -414,7 +415,7 @@ type attemptRead struct {
 	headWait time.Duration
 	// ka is the Keep-Alive hint of the response, if it had one, set before
 	// the reader reports the headers.
-	ka *keepAliveHint
+	ka *h1.KeepAlive
 	// place is its response's place on the connection (1: the first), set
 	// with headersRead, before the reader reports the headers: what the
 	// pool learns from a head counts from it, not from the responses it
