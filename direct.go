@@ -425,7 +425,7 @@ func (c *pconn) mayHold(a *attempt, body io.ReadCloser) bool {
 // client. Nothing of the request reaches the socket before the look: it is
 // held in bw (and in wc, past bw's size) until then. It returns what send
 // returns.
-func (c *pconn) writeHeld(a *attempt, h *wireHead, body io.ReadCloser) error {
+func (c *pconn) writeHeld(a *attempt, h *h1.Head, body io.ReadCloser) error {
 	r := a.r
 	c.startDirect(a) // the context's watch covers the wait
 	c.heldDeadline = false

@@ -484,7 +484,7 @@ func (c *pconn) send(a *attempt) error {
 		return c.tokenError(err)
 	}
 	body, err := r.body()
-	var h wireHead
+	var h h1.Head
 	refused := false
 	if err == nil {
 		if h, err = prepareHead(r, body); err != nil {
@@ -688,7 +688,7 @@ func (c *pconn) giveBack(r *request, body io.ReadCloser, direct bool) {
 // write writes a's request, holding the write token, and releases it.
 // direct: a's caller holds the read turn (direct.go), to read the answer
 // once the request is written.
-func (c *pconn) write(a *attempt, h wireHead, body io.ReadCloser, direct bool) {
+func (c *pconn) write(a *attempt, h h1.Head, body io.ReadCloser, direct bool) {
 	stop, cancelled, deadline := c.watchWrite(a.r, body)
 	tunnel, body := tunnelBody(a.r, body)
 	werr, deferFlush := c.writeOut(a, &h, body, tunnel != nil)
@@ -780,7 +780,7 @@ func tunnelBody(r *request, body io.ReadCloser) (tunnel, rest io.ReadCloser) {
 // flushed with the requests of the writers queued behind it (deferFlush:
 // flushSoon, once the write token is released). tunnel: a CONNECT's
 // body follows (tunnelBody). The write token is held.
-func (c *pconn) writeOut(a *attempt, h *wireHead, body io.ReadCloser, tunnel bool) (werr error, deferFlush bool) {
+func (c *pconn) writeOut(a *attempt, h *h1.Head, body io.ReadCloser, tunnel bool) (werr error, deferFlush bool) {
 	r := a.r
 	// The hooks told of the write run with the write token held: the
 	// connection is held meanwhile (hooked).
