@@ -19,6 +19,7 @@ type FramingError struct {
 	Reason string // what was wrong, e.g. "both Content-Length and Transfer-Encoding"
 }
 
+// Error says what was wrong, after ErrFraming's text.
 func (e *FramingError) Error() string { return "pipelined: malformed response: " + e.Reason }
 
 // Is reports whether target is [ErrFraming].
@@ -32,6 +33,7 @@ func framingErrorf(format string, args ...any) error {
 // limit given to ReadResponseHead (the transport's MaxResponseHeaderBytes).
 type HeaderTooLargeError struct{ limit int64 }
 
+// Error gives the limit, worded as net/http's error is.
 func (e *HeaderTooLargeError) Error() string {
 	return fmt.Sprintf("pipelined: server response headers exceeded %d bytes; aborted", e.limit)
 }
