@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pipelined/pipelined/internal/h1"
 	"github.com/pipelined/pipelined/internal/model"
 )
 
@@ -50,7 +51,7 @@ type bodyStream struct {
 	// (read).
 	src io.Reader
 	lr  *io.LimitedReader
-	cr  *chunkedReader
+	cr  *h1.ChunkedReader
 	// open: the end is not in sight (chunked, until close, or longer than
 	// maxBufferedBody). Its first read from the network makes it a stream.
 	open bool
@@ -93,7 +94,7 @@ func (s *bodyStream) pump() error {
 			// The next chunk's size line first: a body that has just
 			// filled its buffer may have ended, and needs no room to
 			// say so.
-			more, err := cr.more()
+			more, err := cr.More()
 			if err != nil {
 				return unexpected(err)
 			}

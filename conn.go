@@ -19,6 +19,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pipelined/pipelined/internal/h1"
+	"github.com/pipelined/pipelined/internal/socket"
 )
 
 // A pconn is one HTTP/1.1 connection carrying a pipeline of requests.
@@ -154,9 +157,9 @@ func newPconn(t *Transport, ev connEvents, conn net.Conn, state *tls.ConnectionS
 	c.wc.unacked = &c.nr.unacked
 	c.nr.wrote = &c.wc.n
 	c.bw = bufio.NewWriterSize(&c.wc, o.WriteBufferSize)
-	if c.peek = newPeeker(conn); c.peek != nil {
+	if c.peek = socket.NewPeeker(conn); c.peek != nil {
 		_, c.readsNow = conn.(*net.TCPConn)
-		c.peek.write = c.flushHeld
+		c.peek.Write = c.flushHeld
 		c.nr.ack = c.peek
 		c.canDirect = true
 		c.wake = make(chan struct{}, 1)
@@ -490,7 +493,7 @@ func (c *pconn) fail(err error) {
 // isMalformed reports whether err says a response could not be parsed.
 func isMalformed(err error) bool {
 	var fe *FramingError
-	var he *headerTooLargeError
+	var he *h1.HeaderTooLargeError
 	return errors.As(err, &fe) || errors.As(err, &he)
 }
 
@@ -508,7 +511,7 @@ func (c *pconn) detach() {
 // must not be retried: the server answered, badly or too slowly.
 func isFinalError(err error) bool {
 	var fe *FramingError
-	var he *headerTooLargeError
+	var he *h1.HeaderTooLargeError
 	return errors.As(err, &fe) || errors.As(err, &he) || err == ErrResponseHeaderTimeout ||
 		errors.Is(err, ErrTransportClosed)
 }

@@ -51,6 +51,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/pipelined/pipelined/internal/h1"
 	"github.com/pipelined/pipelined/internal/model"
 )
 
@@ -84,7 +85,7 @@ var errHandOver = errors.New("pipelined: response handed to the reader")
 type pendingBody struct {
 	a       *attempt
 	resp    *http.Response
-	f       framing
+	f       h1.Framing
 	closing bool
 	// got, if set, holds the body's first n bytes, read by the direct
 	// reader (pconn.readNow): a buffer of the body's size.

@@ -16,6 +16,9 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/pipelined/pipelined/internal/h1"
+	"github.com/pipelined/pipelined/internal/socket"
 )
 
 // connReader is a connection's reader side: the read turn (rd, changed
@@ -50,9 +53,9 @@ type connReader struct {
 	// canDirect: the connection can be checked for bytes without reading
 	// them (quiet), so a caller may read its own answer. Set once.
 	canDirect bool
-	peek      *peeker // looks at the socket (quiet); the read turn's. Set with canDirect
+	peek      *socket.Peeker // looks at the socket (quiet); the read turn's. Set with canDirect
 	// readsNow: a direct reader may read a body from the socket itself
-	// (peeker.readNow): the connection is a plain TCP one, with nothing
+	// (socket.Peeker.ReadNow): the connection is a plain TCP one, with nothing
 	// of its own between it and the socket (no TLS, no wrapper that
 	// counts or traces its reads). Set with peek.
 	readsNow bool
@@ -147,7 +150,7 @@ func (rr *connReader) readOne(a *attempt, peekErr error, direct bool) error {
 	if t := a.r.trace; t != nil && t.GotFirstResponseByte != nil && a.state.Load() == attemptWaiting {
 		c.hooked(t.GotFirstResponseByte)
 	}
-	resp, f, err := readResponseHead(rr.br, a.r.method, c.t.opts.MaxResponseHeaderBytes, rr.interimHook(a))
+	resp, f, err := h1.ReadResponseHead(rr.br, a.r.method, c.t.opts.MaxResponseHeaderBytes, rr.interimHook(a))
 	armed := c.disarm(a)
 	c.holStop()
 	if err != nil {
@@ -177,7 +180,7 @@ func (rr *connReader) readOne(a *attempt, peekErr error, direct bool) error {
 		}
 	}
 	if _, ok := resp.Header["Keep-Alive"]; ok {
-		ka := parseKeepAlive(resp.Header)
+		ka := h1.ParseKeepAlive(resp.Header)
 		a.ka = &ka
 	}
 	resp.Request = a.r.req
@@ -187,7 +190,7 @@ func (rr *connReader) readOne(a *attempt, peekErr error, direct bool) error {
 	// (Upgrade). One that names none, or no Connection: upgrade, switches
 	// to nothing anyone could read: as with net/http, it is the answer,
 	// without a body, and the connection ends with it.
-	switched := resp.StatusCode == http.StatusSwitchingProtocols && isProtocolSwitch(resp.Header)
+	switched := resp.StatusCode == http.StatusSwitchingProtocols && h1.IsProtocolSwitch(resp.Header)
 	closing := resp.Close || a.r.closeAfter || resp.StatusCode == http.StatusSwitchingProtocols && !switched
 	if closing {
 		// RFC 9112 §9.6: a server that sends "close" processes no
@@ -226,13 +229,13 @@ func isTimeout(err error) bool {
 // response's body buffer, returning when the connection is positioned at
 // the next response. A body already in the read buffer is handed over
 // whole; any other is handed over as it arrives, the headers first.
-func (rr *connReader) readBody(a *attempt, resp *http.Response, f framing, closing, direct bool) error {
+func (rr *connReader) readBody(a *attempt, resp *http.Response, f h1.Framing, closing, direct bool) error {
 	c := rr.c
 	a.bodyLen = -1
-	if f.kind == bodyLength {
-		a.bodyLen = f.n // before the pool hears of the head (gotHeaders, finishResponse)
+	if f.Kind == h1.BodyLength {
+		a.bodyLen = f.N // before the pool hears of the head (gotHeaders, finishResponse)
 	}
-	if f.kind == bodyNone {
+	if f.Kind == h1.BodyNone {
 		resp.Body = http.NoBody
 		a.noBody = true
 		rr.finishResponse(a, closing, true)
@@ -241,18 +244,18 @@ func (rr *connReader) readBody(a *attempt, resp *http.Response, f framing, closi
 	}
 	var got *[]byte // the body's first n bytes, read by a direct reader
 	var n int
-	if f.kind == bodyLength && f.n <= maxBufferedBody {
-		whole := f.n <= int64(rr.br.Buffered())
-		if !whole && direct && f.n <= maxReadAhead && rr.readsNow {
-			got, n = rr.readNow(int(f.n))
-			whole = n == int(f.n)
+	if f.Kind == h1.BodyLength && f.N <= maxBufferedBody {
+		whole := f.N <= int64(rr.br.Buffered())
+		if !whole && direct && f.N <= maxReadAhead && rr.readsNow {
+			got, n = rr.readNow(int(f.N))
+			whole = n == int(f.N)
 		}
 		if whole {
 			// The whole body is here: the connection is free again (and
 			// counted so) by the time the caller sees its response.
 			if got == nil {
-				got = getBodyBuf(int(f.n))
-				n, _ = io.ReadFull(rr.br, (*got)[:f.n])
+				got = getBodyBuf(int(f.N))
+				n, _ = io.ReadFull(rr.br, (*got)[:f.N])
 			}
 			b := newBody(a.r.ctx, resp, got)
 			b.w, b.end = n, true
@@ -276,7 +279,7 @@ func (rr *connReader) readBody(a *attempt, resp *http.Response, f framing, closi
 
 // readNow reads a body of known length up to maxReadAhead as far as it has
 // arrived, without waiting: what br holds, then what the socket holds
-// (peeker.readNow). A direct reader that read the head only, with 4 KiB
+// (socket.Peeker.ReadNow). A direct reader that read the head only, with 4 KiB
 // of br, handed even a 4 KiB body to the reader goroutine, a goroutine's
 // wake-up and hand-over per answer (24.6 µs of CPU per 4 KiB GET at P=5,
 // against 18.7 at 128 B). It returns the body's buffer and the bytes in
@@ -286,7 +289,7 @@ func (rr *connReader) readNow(size int) (*[]byte, int) {
 	b := (*buf)[:size]
 	n, _ := io.ReadFull(rr.br, b[:rr.br.Buffered()])
 	for n < size {
-		m := rr.peek.readNow(b[n:])
+		m := rr.peek.ReadNow(b[n:])
 		if m == 0 {
 			break
 		}
@@ -300,7 +303,7 @@ func (rr *connReader) readNow(size int) (*[]byte, int) {
 
 // readBodyFrom is readBody's reader goroutine: it reads a's body into its
 // buffer as it arrives, the first n bytes of which may be in got already.
-func (rr *connReader) readBodyFrom(a *attempt, resp *http.Response, f framing, closing bool, got *[]byte, n int) error {
+func (rr *connReader) readBodyFrom(a *attempt, resp *http.Response, f h1.Framing, closing bool, got *[]byte, n int) error {
 	c := rr.c
 	s, size := rr.bodyFraming(a, resp, f, n)
 	open, tentative, cr := s.open, s.tentative, s.cr
@@ -354,7 +357,7 @@ func (rr *connReader) readBodyFrom(a *attempt, resp *http.Response, f framing, c
 	rr.finishResponse(a, closing, false)
 	var trailer http.Header
 	if cr != nil {
-		trailer = cr.trailer
+		trailer = cr.Trailer()
 	}
 	b.finish(nil, trailer)
 	return nil
@@ -365,12 +368,12 @@ func (rr *connReader) readBodyFrom(a *attempt, resp *http.Response, f framing, c
 // src, lr, cr, open, tentative), and the size of its first buffer. It
 // marks a as the pool must see it at the head (events, tentative,
 // streamAtHead).
-func (rr *connReader) bodyFraming(a *attempt, resp *http.Response, f framing, n int) (s *bodyStream, size int) {
+func (rr *connReader) bodyFraming(a *attempt, resp *http.Response, f h1.Framing, n int) (s *bodyStream, size int) {
 	c := rr.c
 	var (
 		src io.Reader = rr.br
 		lr  *io.LimitedReader
-		cr  *chunkedReader
+		cr  *h1.ChunkedReader
 		// open: the end is not in sight (a large or open-ended body):
 		// nothing new goes behind it while it is read (streaming). A body
 		// of known length up to maxBufferedBody is read whole into a
@@ -382,18 +385,18 @@ func (rr *connReader) bodyFraming(a *attempt, resp *http.Response, f framing, n 
 		tentative bool
 	)
 	size = 4 << 10
-	switch f.kind {
-	case bodyLength:
-		lr = &io.LimitedReader{R: rr.br, N: f.n - int64(n)}
+	switch f.Kind {
+	case h1.BodyLength:
+		lr = &io.LimitedReader{R: rr.br, N: f.N - int64(n)}
 		src = lr
-		open = f.n > maxBufferedBody
-		size = int(f.n)
+		open = f.N > maxBufferedBody
+		size = int(f.N)
 		if open {
 			size = maxReadAhead
 		}
-	case bodyChunked:
-		cr = newChunkedReader(rr.br, c.t.opts.MaxResponseHeaderBytes)
-		cr.raw = &rr.nr
+	case h1.BodyChunked:
+		cr = h1.NewChunkedReader(rr.br, c.t.opts.MaxResponseHeaderBytes)
+		cr.Raw = &rr.nr
 		src = cr
 		if ct := resp.Header["Content-Type"]; a.toStream || len(ct) > 0 && isEventStream(ct[0]) {
 			// Server-sent events, or an answer on a path whose answers
@@ -420,7 +423,7 @@ func (rr *connReader) bodyFraming(a *attempt, resp *http.Response, f framing, n 
 // at most maxDrain, so that the connection can be reused (RFC 9112 §9.3);
 // its early close bounds the time it may take (earlyClose). Otherwise the
 // connection is closed.
-func (rr *connReader) drain(lr *io.LimitedReader, cr *chunkedReader) error {
+func (rr *connReader) drain(lr *io.LimitedReader, cr *h1.ChunkedReader) error {
 	switch {
 	case lr != nil && lr.N <= maxDrain:
 		_, err := io.Copy(io.Discard, lr)
@@ -573,9 +576,9 @@ type netReader struct {
 	conn   net.Conn
 	onRead func()
 	// ack, if set, acknowledges at once what the socket has received
-	// (peeker.ackNow); set once, with the connection. ackT runs it when a
+	// (socket.AckNow); set once, with the connection. ackT runs it when a
 	// read waits longer than ackStall while answers are still due.
-	ack  *peeker
+	ack  *socket.Peeker
 	ackT *time.Timer
 	// pipelined: an answer due on the connection was asked for behind
 	// another (the first of fifo was written behind one, or fifo holds
@@ -594,14 +597,14 @@ type netReader struct {
 	wrote     *atomic.Int64
 	seenWrote int64
 	// pending: bytes read from the network ahead of br and handed back
-	// (unread); Read returns them first. chunkedReader.readRaw hands them
+	// (Unread); Read returns them first. h1.ChunkedReader hands them
 	// back and moves them into br at once, so that nothing is pending
 	// outside it. Only the goroutine that holds the read turn touches it.
 	pending, pbuf []byte
 }
 
-// unread hands b back, to be read again first.
-func (r *netReader) unread(b []byte) {
+// Unread hands b back, to be read again first.
+func (r *netReader) Unread(b []byte) {
 	r.pbuf = append(r.pbuf[:0], b...)
 	r.pending = r.pbuf
 }
@@ -661,7 +664,7 @@ func (r *netReader) read(p []byte) (int, error) {
 		return n, err
 	}
 	if r.ackT == nil {
-		r.ackT = time.AfterFunc(ackStall, r.ack.ackNow)
+		r.ackT = time.AfterFunc(ackStall, r.ack.AckNow)
 	} else {
 		r.ackT.Reset(ackStall)
 	}

@@ -19,6 +19,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pipelined/pipelined/internal/h1"
 )
 
 // connWriter is a connection's writer side. Holding the token of
@@ -80,7 +82,7 @@ func (wr *connWriter) send(a *attempt) error {
 		return wr.tokenError(err)
 	}
 	body, err := r.body()
-	var h wireHead
+	var h h1.Head
 	refused := false
 	if err == nil {
 		if h, err = prepareHead(r, body); err != nil {
@@ -163,7 +165,7 @@ func (wr *connWriter) claimReader(a *attempt, body io.ReadCloser, inline bool) (
 		switch {
 		case !c.quietBuffered():
 			spoke = true
-		case tells && !c.peek.socketQuiet():
+		case tells && !c.peek.SocketQuiet():
 			spoke = true
 			c.peerEnded() // at the socket: a close, or an answer to nothing
 		}
@@ -200,7 +202,7 @@ func (wr *connWriter) giveBack(r *request, body io.ReadCloser, direct bool) {
 // write writes a's request, holding the write token, and releases it.
 // direct: a's caller holds the read turn (conn_direct.go), to read the answer
 // once the request is written.
-func (wr *connWriter) write(a *attempt, h wireHead, body io.ReadCloser, direct bool) {
+func (wr *connWriter) write(a *attempt, h h1.Head, body io.ReadCloser, direct bool) {
 	c := wr.c
 	stop, cancelled, deadline := wr.watchWrite(a.r, body)
 	tunnel, body := tunnelBody(a.r, body)
@@ -295,7 +297,7 @@ func tunnelBody(r *request, body io.ReadCloser) (tunnel, rest io.ReadCloser) {
 // flushed with the requests of the writers queued behind it (deferFlush:
 // flushSoon, once the write token is released). tunnel: a CONNECT's
 // body follows (tunnelBody). The write token is held.
-func (wr *connWriter) writeOut(a *attempt, h *wireHead, body io.ReadCloser, tunnel bool) (werr error, deferFlush bool) {
+func (wr *connWriter) writeOut(a *attempt, h *h1.Head, body io.ReadCloser, tunnel bool) (werr error, deferFlush bool) {
 	c := wr.c
 	r := a.r
 	// The hooks told of the write run with the write token held: the

@@ -11,6 +11,8 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/pipelined/pipelined/internal/h1"
 )
 
 // mayHold reports whether a's request, claimed for a direct read, may be
@@ -41,12 +43,12 @@ func (wr *connWriter) mayHold(a *attempt, body io.ReadCloser) bool {
 // is why a read cannot wait without trying first; so the look, which must
 // come before the write, comes right after that preparation, the write
 // after the look, and the wait after the write, all in one RawConn.Read
-// (peeker.lookWrite): the look takes the place of the read that finds
+// (socket.Peeker.LookWrite): the look takes the place of the read that finds
 // nothing, and a direct request costs the system calls of a minimal
 // client. Nothing of the request reaches the socket before the look: it is
 // held in bw (and in wc, past bw's size) until then. It returns what send
 // returns.
-func (wr *connWriter) writeHeld(a *attempt, h *wireHead, body io.ReadCloser) error {
+func (wr *connWriter) writeHeld(a *attempt, h *h1.Head, body io.ReadCloser) error {
 	c := wr.c
 	r := a.r
 	c.startDirect(a) // the context's watch covers the wait
@@ -66,13 +68,13 @@ func (wr *connWriter) writeHeld(a *attempt, h *wireHead, body io.ReadCloser) err
 		// Written but for the flush: the header timer (a read deadline)
 		// must run through the wait.
 		c.armHeaderTimeout(a)
-		quiet, werr = c.peek.lookWrite()
+		quiet, werr = c.peek.LookWrite()
 	} else {
 		wr.dropHeld() // a partial request never reaches the socket
 	}
 	switch {
 	case werr == nil && !quiet:
-		if c.peek.sawPeer() {
+		if c.peek.SawPeer() {
 			c.peerEnded()
 		}
 		wr.endHeldWrite()
@@ -93,7 +95,7 @@ func (wr *connWriter) writeHeld(a *attempt, h *wireHead, body io.ReadCloser) err
 }
 
 // flushHeld ends writeHeld's hold and flushes the request, from within
-// the look (peeker.lookWrite). Once it is written, the write token is
+// the look (socket.Peeker.LookWrite). Once it is written, the write token is
 // released before the wait for the answer.
 func (wr *connWriter) flushHeld() error {
 	err := wr.wc.release(true)

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pipelined/pipelined/internal/h1"
 )
 
 // modelDir is the host model's package, whose constants the tables hold
@@ -26,8 +28,9 @@ const modelDir = "internal/model"
 // requests, samples, codes) are written in decimal.
 type byteSize int64
 
-// fixedValues holds every numeric constant of the package's source, by name,
-// with its value as the compiler sees it. Each has one row in the table of
+// fixedValues holds every numeric constant of the package's source and of
+// its internal packages' (named pkg.Name), by name, with its value as the
+// compiler sees it. Each has one row in the table of
 // docs/model.md (Tuning values) or of docs/design.md (Fixed values), whose
 // value cell is the value's canonical form (canonical). A constant added
 // gets an entry here and a row in one table: wrapped in byteSize if it
@@ -52,9 +55,9 @@ var fixedValues = map[string]any{
 	"h2CodeRefusedStream": h2CodeRefusedStream,
 	// holprotect.go
 	"DefaultHeadOfLineTimeout": DefaultHeadOfLineTimeout,
-	// keepalive.go
-	"maxKeepAliveTimeout": maxKeepAliveTimeout,
-	"maxKeepAliveMax":     maxKeepAliveMax,
+	// internal/h1/keepalive.go
+	"MaxKeepAliveTimeout": h1.MaxKeepAliveTimeout,
+	"MaxKeepAliveMax":     h1.MaxKeepAliveMax,
 	// conn_write.go, conn_read.go (ackStall)
 	"bodyCopySize":  byteSize(bodyCopySize),
 	"ackStall":      ackStall,
@@ -153,8 +156,8 @@ func TestCanonical(t *testing.T) {
 }
 
 // sourceConstants lists the numeric constants of the package's non-test
-// files and of internal/model's, by name, with the file each is declared
-// in (internal/model's with its directory). It leaves out groups that use
+// files and of its internal packages', by name, with the file each is
+// declared in (an internal package's with its directory). It leaves out groups that use
 // iota (enumerations) and string constants; a constant declared in a
 // function is listed with the file "func:" and its file, since it cannot
 // be named from here.
@@ -164,7 +167,7 @@ func sourceConstants(t *testing.T) map[string]string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	modelFiles, err := filepath.Glob(filepath.Join(modelDir, "*.go"))
+	internal, err := filepath.Glob("internal/*/*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +179,7 @@ func sourceConstants(t *testing.T) map[string]string {
 		consts[c] = name
 	}
 	fset := token.NewFileSet()
-	for _, name := range append(files, modelFiles...) {
+	for _, name := range append(files, internal...) {
 		if strings.HasSuffix(name, "_test.go") {
 			continue
 		}

@@ -4,7 +4,5 @@ package pipelined
 
 import "time"
 
-// threadCPU and processCPU are not measured here: the benchmarks report
-// no CPU metric.
-func threadCPU() time.Duration  { return 0 }
+// processCPU is not measured here: the benchmarks report no CPU metric.
 func processCPU() time.Duration { return 0 }

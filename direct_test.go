@@ -548,7 +548,7 @@ func TestDirectReadHandsOn(t *testing.T) {
 
 // writeWatchConn is a client connection that exposes its socket (so that
 // its answers may be read by their callers) and records whether a write
-// happened within the look at the socket (peeker.lookThenWrite).
+// happened within the look at the socket (socket.Peeker.LookWrite).
 type writeWatchConn struct {
 	net.Conn
 	inLook, outside atomic.Int32
@@ -559,7 +559,7 @@ func (c *writeWatchConn) SyscallConn() (syscall.RawConn, error) {
 }
 
 func (c *writeWatchConn) Write(p []byte) (int, error) {
-	if inFrame(".(*peeker).lookThenWrite") {
+	if inFrame(".(*Peeker).lookThenWrite") {
 		c.inLook.Add(1)
 	} else {
 		c.outside.Add(1)

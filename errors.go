@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/pipelined/pipelined/internal/h1"
 )
 
 // ErrTransportClosed is returned by RoundTrip for requests in flight or
@@ -22,7 +24,7 @@ var ErrServerClosed = errors.New("pipelined: server closed connection before ans
 
 // ErrFraming reports a response whose framing is malformed or ambiguous
 // (RFC 9112 §6.3): the connection it arrived on has been closed.
-var ErrFraming = errors.New("pipelined: malformed response")
+var ErrFraming = h1.ErrFraming
 
 // ErrUnsolicitedResponse reports bytes received on a connection with no
 // request in flight (RFC 9112 §9.2). The connection has been closed.
@@ -39,15 +41,9 @@ var errReadOnClosedResBody = errors.New("http: read on closed response body")
 var errRequestCanceled = errors.New("net/http: request canceled")
 
 // A FramingError describes a response that violates RFC 9112 message framing.
-// It matches [ErrFraming] with [errors.Is].
-type FramingError struct {
-	Reason string // what was wrong, e.g. "both Content-Length and Transfer-Encoding"
-}
-
-func (e *FramingError) Error() string { return "pipelined: malformed response: " + e.Reason }
-
-// Is reports whether target is [ErrFraming].
-func (e *FramingError) Is(target error) bool { return target == ErrFraming }
+// It matches [ErrFraming] with [errors.Is]. Its Reason field says what was
+// wrong, e.g. "both Content-Length and Transfer-Encoding".
+type FramingError = h1.FramingError
 
 func framingErrorf(format string, args ...any) error {
 	return &FramingError{Reason: fmt.Sprintf(format, args...)}

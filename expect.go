@@ -12,9 +12,10 @@ package pipelined
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"time"
+
+	"github.com/pipelined/pipelined/internal/h1"
 )
 
 // signalContinue tells a's writer, if it waits for a 100, whether to send
@@ -73,7 +74,7 @@ func (wr *connWriter) waitForContinue(a *attempt) func() bool {
 }
 
 // errResetHeaderLimit is returned by an interim hook to have
-// readResponseHead reset its header budget: as net/http, once 1xx
+// h1.ReadResponseHead reset its header budget: as net/http, once 1xx
 // responses are delivered to ClientTrace.Got1xxResponse, the caller bounds
 // their number, and MaxResponseHeaderBytes applies to each head alone.
-var errResetHeaderLimit = errors.New("pipelined: reset header limit")
+var errResetHeaderLimit = h1.ErrResetHeaderLimit

@@ -2,172 +2,15 @@ package pipelined
 
 import (
 	"errors"
-	"net/http"
-	"strings"
 	"time"
+
+	"github.com/pipelined/pipelined/internal/h1"
 )
 
-// Bounds on what a Keep-Alive header may announce. A larger value is
-// capped: a server that keeps connections open for more than a day, or for
-// more than a million requests, has in practice announced no limit.
-const (
-	maxKeepAliveTimeout = 24 * time.Hour
-	maxKeepAliveMax     = 1 << 20
-)
-
-// keepAliveHint is what a server announced in its Keep-Alive response
-// header: how long it keeps an idle connection open (timeout=, in seconds)
-// and how many more requests it accepts on this connection (max=).
-type keepAliveHint struct {
-	timeout    time.Duration // in [0, maxKeepAliveTimeout]; meaningful if hasTimeout
-	hasTimeout bool
-	max        int // in [0, maxKeepAliveMax]; meaningful if hasMax
-	hasMax     bool
-}
-
-// parseKeepAlive reads the timeout= and max= parameters of every Keep-Alive
-// field line of h. Keep-Alive is the HTTP/1.0 keep-alive header (RFC 2068
-// §19.7.1.1, kept for compatibility by RFC 9112 Appendix C.2.2); its
-// parameters follow the parameter syntax of RFC 9110 §5.6.6:
+// This file holds how a connection honours the hints of a Keep-Alive
+// response header (internal/h1 parses them): the limits it sets are the
+// connection's sched fields, written under the pool's mu.
 //
-//	Keep-Alive: timeout=5, max=100
-//
-// Parsing is tolerant: parameter names are case-insensitive, whitespace
-// around "=" and list elements is skipped (RFC 9110 §5.6.3), values may be
-// quoted strings (RFC 9110 §5.6.4), empty list elements are ignored (RFC
-// 9110 §5.6.1), ";" separates elements as "," does, and anything else
-// (unknown parameters, bare tokens, values that are not decimal integers,
-// negative numbers) is skipped. A value too large is capped. When a
-// parameter appears more than once, in one line or several, the smallest
-// value wins: it is the one that is safe to honour.
-func parseKeepAlive(h http.Header) (ka keepAliveHint) {
-	for _, line := range h.Values("Keep-Alive") {
-		for len(line) > 0 {
-			var name, value string
-			var ok bool
-			name, value, ok, line = nextKeepAliveParam(line)
-			if !ok {
-				continue
-			}
-			switch {
-			case strings.EqualFold(name, "timeout"):
-				n, ok := parseKeepAliveInt(value, int64(maxKeepAliveTimeout/time.Second))
-				if !ok {
-					continue
-				}
-				d := time.Duration(n) * time.Second
-				if !ka.hasTimeout || d < ka.timeout {
-					ka.timeout, ka.hasTimeout = d, true
-				}
-			case strings.EqualFold(name, "max"):
-				n, ok := parseKeepAliveInt(value, maxKeepAliveMax)
-				if !ok {
-					continue
-				}
-				if !ka.hasMax || int(n) < ka.max {
-					ka.max, ka.hasMax = int(n), true
-				}
-			}
-		}
-	}
-	return ka
-}
-
-// nextKeepAliveParam parses one list element of s, "name=value" with
-// optional whitespace and a token or quoted-string value, and returns it
-// with the rest of s after the element's separator. ok is false for an
-// element that is not a parameter (empty, bare token, junk).
-func nextKeepAliveParam(s string) (name, value string, ok bool, rest string) {
-	s = trimKeepAliveOWS(s)
-	i := 0
-	for i < len(s) && s[i] != '=' && s[i] != ',' && s[i] != ';' {
-		i++
-	}
-	name = trimKeepAliveOWS(s[:i])
-	if i == len(s) || s[i] != '=' {
-		if i < len(s) {
-			i++ // the separator
-		}
-		return "", "", false, s[i:]
-	}
-	s = trimKeepAliveOWS(s[i+1:])
-	if len(s) > 0 && s[0] == '"' {
-		// quoted-string: backslash escapes the next byte (RFC 9110 §5.6.4).
-		var b strings.Builder
-		j := 1
-		closed := false
-		for ; j < len(s); j++ {
-			c := s[j]
-			if c == '\\' && j+1 < len(s) {
-				j++
-				b.WriteByte(s[j])
-				continue
-			}
-			if c == '"' {
-				closed = true
-				j++
-				break
-			}
-			b.WriteByte(c)
-		}
-		value = b.String()
-		s = s[j:]
-		// Skip whatever follows the closing quote up to the separator.
-		k := 0
-		for k < len(s) && s[k] != ',' && s[k] != ';' {
-			k++
-		}
-		junk := trimKeepAliveOWS(s[:k])
-		if k < len(s) {
-			k++
-		}
-		return name, value, closed && junk == "" && name != "", s[k:]
-	}
-	k := 0
-	for k < len(s) && s[k] != ',' && s[k] != ';' {
-		k++
-	}
-	value = trimKeepAliveOWS(s[:k])
-	if k < len(s) {
-		k++
-	}
-	return name, value, name != "", s[k:]
-}
-
-// parseKeepAliveInt parses a non-negative decimal integer (1*DIGIT),
-// saturating at limit. Anything else is not a number.
-func parseKeepAliveInt(s string, limit int64) (int64, bool) {
-	if s == "" {
-		return 0, false
-	}
-	var n int64
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		if n < limit {
-			n = n*10 + int64(c-'0')
-		}
-	}
-	if n > limit {
-		n = limit
-	}
-	return n, true
-}
-
-// trimKeepAliveOWS removes optional whitespace (SP, HTAB; RFC 9110 §5.6.3) at both
-// ends of s.
-func trimKeepAliveOWS(s string) string {
-	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
-		s = s[1:]
-	}
-	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
-		s = s[:len(s)-1]
-	}
-	return s
-}
-
 // Honouring the hints. A server that announces timeout=N closes a
 // connection idle for N; a request written at that moment meets a closing
 // connection (the keep-alive race: net/http's "server closed idle
@@ -194,16 +37,16 @@ var (
 
 // keepAliveLocked applies the hint of a response just read on c, the
 // place-th on it (1: the first). p.mu must be held.
-func (p *hostPool) keepAliveLocked(c *pconn, ka keepAliveHint, place int) {
+func (p *hostPool) keepAliveLocked(c *pconn, ka h1.KeepAlive, place int) {
 	s := &c.s
-	if ka.hasTimeout {
-		s.kaIdle = ka.timeout - keepAliveMargin(ka.timeout)
+	if ka.HasTimeout {
+		s.kaIdle = ka.Timeout - keepAliveMargin(ka.Timeout)
 		if s.kaIdle <= 0 {
 			// timeout=0: the server closes at once when idle.
 			s.kaIdle = time.Nanosecond
 		}
 	}
-	if ka.hasMax {
+	if ka.HasMax {
 		// Servers read max two ways. Apache counts down: the requests it
 		// still accepts after this response (max=99, then 98, ...). Node
 		// repeats its maxRequestsPerSocket: the total for the connection
@@ -213,12 +56,12 @@ func (p *hostPool) keepAliveLocked(c *pconn, ka keepAliveHint, place int) {
 		// behind this response count either way.
 		switch {
 		case s.kaFirstMax == 0:
-			s.kaFirstMax = ka.max + 1 // +1: 0 means not seen
-			s.kaLimit = min(place+ka.max, max(ka.max, 1))
-		case ka.max+1 == s.kaFirstMax:
-			s.kaLimit = max(ka.max, 1)
+			s.kaFirstMax = ka.Max + 1 // +1: 0 means not seen
+			s.kaLimit = min(place+ka.Max, max(ka.Max, 1))
+		case ka.Max+1 == s.kaFirstMax:
+			s.kaLimit = max(ka.Max, 1)
 		default:
-			s.kaLimit = place + ka.max
+			s.kaLimit = place + ka.Max
 		}
 		if s.assigned >= s.kaLimit {
 			p.retireLocked(c, CloseKeepAliveEnd)

@@ -17,6 +17,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/pipelined/pipelined/internal/h1"
 	"github.com/pipelined/pipelined/internal/model"
 )
 
@@ -292,13 +293,13 @@ func TestIdleTimeoutRemovesPools(t *testing.T) {
 // (design.md, "Direct reads"). Each row reports the head at place 3 (or 2)
 // with served one short, as that order does, and once in order.
 func TestPoolLearnsFromPlace(t *testing.T) {
-	countdown := &keepAliveHint{max: 98, hasMax: true} // Apache: 98 more after this one
+	countdown := &h1.KeepAlive{Max: 98, HasMax: true} // Apache: 98 more after this one
 	tests := []struct {
 		name          string
 		served, place int
 		assigned      int
 		closing       bool
-		ka            *keepAliveHint
+		ka            *h1.KeepAlive
 		firstMax      int // sched.kaFirstMax before (0: no Keep-Alive max seen yet)
 		wantBudget    int
 		wantKALimit   int

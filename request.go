@@ -9,19 +9,15 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/net/http/httpguts"
-
+	"github.com/pipelined/pipelined/internal/h1"
 	"github.com/pipelined/pipelined/internal/model"
+	"golang.org/x/net/http/httpguts"
 )
-
-const defaultUserAgent = "Go-http-client/1.1"
 
 // request is one call to RoundTrip: the caller's request (never modified)
 // and what the transport derived from it. It is owned by the RoundTrip
@@ -416,7 +412,7 @@ type attemptRead struct {
 	headWait time.Duration
 	// ka is the Keep-Alive hint of the response, if it had one, set before
 	// the reader reports the headers.
-	ka *keepAliveHint
+	ka *h1.KeepAlive
 	// place is its response's place on the connection (1: the first), set
 	// with headersRead, before the reader reports the headers: what the
 	// pool learns from a head counts from it, not from the responses it
@@ -533,14 +529,6 @@ func (a *attempt) abandon() bool {
 	return a.state.CompareAndSwap(attemptWaiting, attemptAbandoned)
 }
 
-// wireHead is what a request's head is written from: its Host field, its
-// request-target and its body's framing, worked out before the request
-// joins a connection's fifo (prepareHead).
-type wireHead struct {
-	host, target string
-	f            requestFraming
-}
-
 // prepareHead works out r's head for an attempt whose body is body (nil:
 // none), before anything of it is written: an error here is one net/http
 // finds while writing a request, before any byte of it reaches its
@@ -549,37 +537,32 @@ type wireHead struct {
 // an error is for traceRefused). The Host field and the
 // request-target were checked before r was placed (checkTarget); the
 // framing needs the body (a probe of it, emptybody.go).
-func prepareHead(r *request, body io.ReadCloser) (wireHead, error) {
-	h := wireHead{host: r.host, target: r.target}
-	if h.target == "" {
+func prepareHead(r *request, body io.ReadCloser) (h1.Head, error) {
+	h := h1.Head{Method: r.method, Host: r.host, Target: r.target,
+		Close: r.closeAfter, Gzip: r.addGzip, ProxyAuth: r.proxyAuth}
+	if h.Target == "" {
 		var err error
-		if h.host, h.target, err = requestTarget(r); err != nil {
-			return wireHead{}, err
+		if h.Host, h.Target, err = h1.RequestTarget(r.req, r.method, r.absoluteURI); err != nil {
+			return h1.Head{}, err
 		}
 	}
 	if tunnel, _ := tunnelBody(r, body); tunnel != nil {
 		body = nil // a CONNECT's tunnel is no body of the request's
 	}
-	h.f = frameRequest(r, body)
-	if h.f.chunked {
-		// As net/http's transferWriter: the trailer may not frame the
-		// body anew (RFC 9110 §6.5.1: fields that frame the message are
-		// not sent as trailers).
-		for k := range r.req.Trailer {
-			switch k = http.CanonicalHeaderKey(k); k {
-			case "Transfer-Encoding", "Trailer", "Content-Length":
-				return wireHead{}, fmt.Errorf("invalid Trailer key %q", k)
-			}
+	h.Framing = frameRequest(r, body)
+	if h.Framing.Chunked {
+		if err := h1.CheckTrailer(r.req.Trailer); err != nil {
+			return h1.Head{}, err
 		}
-	} else if h.f.cl > 0 {
+	} else if h.Framing.CL > 0 {
 		// A body in memory tells its length: one that differs from the
 		// declared one fails before a byte is written, as with net/http
 		// (its head and such a body wait in its buffer until the
 		// mismatch shows).
-		if n, ok := inMemoryLen(h.f.body); ok && n != h.f.cl {
+		if n, ok := inMemoryLen(h.Framing.Body); ok && n != h.Framing.CL {
 			// The head is returned for traceRefused: net/http had
 			// written it into its buffer.
-			return h, fmt.Errorf("http: ContentLength=%d with Body length %d", h.f.cl, n)
+			return h, fmt.Errorf("http: ContentLength=%d with Body length %d", h.Framing.CL, n)
 		}
 	}
 	return h, nil
@@ -591,13 +574,13 @@ func prepareHead(r *request, body io.ReadCloser) (wireHead, error) {
 // found err (h, if prepareHead returned one), then WroteRequest with err.
 // Nothing of it is written anywhere. It runs in the caller's goroutine,
 // under no lock and with no write token.
-func traceRefused(r *request, h *wireHead, err error) {
+func traceRefused(r *request, h *h1.Head, err error) {
 	t := r.trace
 	if !writeHooked(t) {
 		return
 	}
-	if h.target != "" && (t.WroteHeaderField != nil || t.WroteHeaders != nil) {
-		writeHead(bufio.NewWriterSize(io.Discard, 16), r, h.host, h.target, h.f)
+	if h.Target != "" && (t.WroteHeaderField != nil || t.WroteHeaders != nil) {
+		h1.WriteHead(bufio.NewWriterSize(io.Discard, 16), r.req, t, h)
 	}
 	if t.WroteRequest != nil {
 		t.WroteRequest(httptrace.WroteRequestInfo{Err: err})
@@ -606,10 +589,10 @@ func traceRefused(r *request, h *wireHead, err error) {
 
 // checkTarget works out and checks the Host field and the request-target
 // of r before it is placed on a connection: a request net/http would
-// refuse to write is refused before it takes a place (requestTarget).
+// refuse to write is refused before it takes a place (h1.RequestTarget).
 func (r *request) checkTarget() error {
 	var err error
-	r.host, r.target, err = requestTarget(r)
+	r.host, r.target, err = h1.RequestTarget(r.req, r.method, r.absoluteURI)
 	return err
 }
 
@@ -619,217 +602,38 @@ func (r *request) checkTarget() error {
 // flushed and the body is written only if waitForContinue reports true
 // (expect.go). lw is the writer's own limitWriter (writeBody), so that
 // none is allocated per body. body, if not nil, is closed on return.
-func writeRequest(w *bufio.Writer, lw *limitWriter, r *request, h *wireHead, body io.ReadCloser, waitForContinue func() bool) error {
+func writeRequest(w *bufio.Writer, lw *limitWriter, r *request, h *h1.Head, body io.ReadCloser, waitForContinue func() bool) error {
 	if body != nil {
 		defer body.Close()
 	}
-	if err := writeHead(w, r, h.host, h.target, h.f); err != nil || h.f.body == nil {
+	if err := h1.WriteHead(w, r.req, r.trace, h); err != nil || h.Framing.Body == nil {
 		return err
 	}
-	return writeRequestBody(w, lw, r, body, h.f, waitForContinue)
-}
-
-// requestTarget returns the Host field and the request-target of r's
-// request line (RFC 9112 §3.2: absolute-form to a proxy, authority-form
-// for CONNECT, origin-form otherwise), validated as net/http validates
-// them.
-func requestTarget(r *request) (host, ruri string, err error) {
-	req := r.req
-	host = req.Host
-	if host == "" {
-		host = req.URL.Host
-	}
-	host, err = httpguts.PunycodeHostPort(host)
-	if err != nil {
-		return "", "", err
-	}
-	if !httpguts.ValidHostHeader(host) {
-		// As net/http (golang/go#61431): never send an altered Host.
-		if r.absoluteURI {
-			return "", "", errors.New("http: invalid Host header")
-		}
-		host = ""
-	}
-	host = removeZone(host)
-
-	ruri = req.URL.RequestURI()
-	if r.absoluteURI && req.URL.Opaque == "" {
-		ruri = req.URL.Scheme + "://" + host + ruri
-	} else if r.method == http.MethodConnect && req.URL.Path == "" {
-		ruri = host
-		if req.URL.Opaque != "" {
-			ruri = req.URL.Opaque
-		}
-	}
-	if strings.IndexFunc(ruri, isCTL) >= 0 {
-		return "", "", errors.New("net/http: can't write control character in Request.URL")
-	}
-	return host, ruri, nil
-}
-
-// requestFraming is how a request's body goes on the wire (RFC 9112 §6),
-// chosen by frameRequest.
-type requestFraming struct {
-	// body is what is written as the body: the caller's, or probeBody's
-	// reader over it; nil: no body.
-	body io.Reader
-	// cl is the declared length: 0 with no body, -1 if unknown.
-	cl      int64
-	chunked bool // Transfer-Encoding: chunked
-	// flushHead: probeBody waited for the body's first byte, so the head
-	// goes out before the body (golang/go#14315).
-	flushHead bool
+	return writeRequestBody(w, lw, r, body, h.Framing, waitForContinue)
 }
 
 // frameRequest chooses the framing of r's body (nil: none), following
 // net/http's transferWriter: an empty body of unknown length on a method
-// that usually lacks one is no body (emptybody.go); an unknown length is
-// chunked, except for CONNECT, whose body is raw.
-func frameRequest(r *request, body io.ReadCloser) requestFraming {
-	req := r.req
-	f := requestFraming{body: body, cl: req.ContentLength}
-	if body != nil && req.ContentLength == 0 && methodUsuallyLacksBody(r.method) {
-		f.body, f.flushHead = probeBody(body)
+// that usually lacks one is no body (emptybody.go); h1.FrameRequest
+// chooses the rest.
+func frameRequest(r *request, body io.ReadCloser) h1.RequestFraming {
+	var b io.Reader = body
+	flushHead := false
+	if body != nil && r.req.ContentLength == 0 && methodUsuallyLacksBody(r.method) {
+		b, flushHead = probeBody(body)
 	}
-	if f.body == nil {
-		f.cl = 0
-	} else if f.cl == 0 {
-		f.cl = -1 // a body of unknown length
-	}
-	f.chunked = f.body != nil && r.method != http.MethodConnect &&
-		(f.cl < 0 || (len(req.TransferEncoding) > 0 && req.TransferEncoding[0] == "chunked"))
-	return f
-}
-
-// writeHead writes r's head to w: the request line, the Host and
-// User-Agent fields, the body's framing fields (f), the caller's fields,
-// then the transport's own (Connection: close, Accept-Encoding: gzip,
-// Proxy-Authorization), each reported to r's trace as written.
-func writeHead(w *bufio.Writer, r *request, host, ruri string, f requestFraming) error {
-	req, trace := r.req, r.trace
-	w.WriteString(r.method)
-	w.WriteByte(' ')
-	w.WriteString(ruri)
-	w.WriteString(" HTTP/1.1\r\nHost: ")
-	w.WriteString(host)
-	w.WriteString("\r\n")
-	if trace != nil && trace.WroteHeaderField != nil {
-		trace.WroteHeaderField("Host", []string{host})
-	}
-	if ua := userAgent(req.Header); ua != "" {
-		writeField(w, trace, "User-Agent", ua)
-	}
-	writeFramingFields(w, trace, r.method, req.Trailer, f)
-	writeHeaderFields(w, trace, req.Header)
-	if r.closeAfter && !httpguts.HeaderValuesContainsToken(req.Header["Connection"], "close") {
-		writeField(w, trace, "Connection", "close")
-	}
-	if r.addGzip {
-		writeField(w, trace, "Accept-Encoding", "gzip")
-	}
-	if r.proxyAuth != "" {
-		writeField(w, trace, "Proxy-Authorization", r.proxyAuth)
-	}
-	_, err := w.WriteString("\r\n")
-	if trace != nil && trace.WroteHeaders != nil {
-		trace.WroteHeaders()
-	}
-	return err
-}
-
-// userAgent is the User-Agent a request with header h sends: the
-// caller's, none if the caller set it empty, else defaultUserAgent.
-func userAgent(h http.Header) string {
-	v, ok := h["User-Agent"]
-	switch {
-	case !ok:
-		return defaultUserAgent
-	case len(v) > 0:
-		return v[0]
-	}
-	return ""
-}
-
-// writeFramingFields writes the fields that frame a request's body (f):
-// Transfer-Encoding and Trailer (the trailer's field names, sorted), or
-// Content-Length, which a POST, PUT or PATCH without a body sends as 0.
-func writeFramingFields(w *bufio.Writer, trace *httptrace.ClientTrace, method string, trailer http.Header, f requestFraming) {
-	switch {
-	case f.chunked:
-		writeField(w, trace, "Transfer-Encoding", "chunked")
-		if len(trailer) > 0 {
-			keys := make([]string, 0, len(trailer))
-			for k := range trailer {
-				keys = append(keys, http.CanonicalHeaderKey(k))
-			}
-			slices.Sort(keys)
-			writeField(w, trace, "Trailer", strings.Join(keys, ","))
-		}
-	case f.cl > 0 && (trace == nil || trace.WroteHeaderField == nil):
-		// The length is written in place, with no string made for it.
-		w.WriteString("Content-Length: ")
-		w.Write(strconv.AppendInt(w.AvailableBuffer(), f.cl, 10))
-		w.WriteString("\r\n")
-	case f.cl > 0:
-		writeField(w, trace, "Content-Length", strconv.FormatInt(f.cl, 10))
-	case f.cl == 0 && (method == http.MethodPost || method == http.MethodPut || method == http.MethodPatch):
-		// Many servers expect a Content-Length for these methods.
-		writeField(w, trace, "Content-Length", "0")
-	}
-}
-
-// writeHeaderFields writes the caller's header h, but for the fields the
-// transport writes itself (Host, User-Agent and the framing fields).
-func writeHeaderFields(w *bufio.Writer, trace *httptrace.ClientTrace, h http.Header) {
-	for k, vv := range h {
-		if k == "User-Agent" || transportField(k) {
-			continue
-		}
-		if trace == nil || trace.WroteHeaderField == nil {
-			for _, v := range vv {
-				writeField(w, nil, k, v)
-			}
-			continue
-		}
-		// As net/http's Header.write: one report per field name, with
-		// all its values as written.
-		written := make([]string, len(vv))
-		for i, v := range vv {
-			written[i] = writeField(w, nil, k, v)
-		}
-		trace.WroteHeaderField(k, written)
-	}
-}
-
-// transportField reports whether k names, in any case, a field the
-// transport writes itself from the request's fields (Host, and those that
-// frame the body). net/http skips only their canonical spelling, and
-// writes a second Host or Content-Length for "host" or "content-length" in
-// the header map; RFC 9112 §3.2 and §6.3 make a server refuse either (or
-// two of its hops read the request differently: smuggling).
-func transportField(k string) bool {
-	switch len(k) {
-	case len("Host"):
-		return strings.EqualFold(k, "Host")
-	case len("Trailer"):
-		return strings.EqualFold(k, "Trailer")
-	case len("Content-Length"):
-		return strings.EqualFold(k, "Content-Length")
-	case len("Transfer-Encoding"):
-		return strings.EqualFold(k, "Transfer-Encoding")
-	}
-	return false
+	return h1.FrameRequest(r.req, r.method, b, flushHead)
 }
 
 // writeRequestBody writes r's body after its head, framed by f. The head
 // goes out first if the body may block (below) or if waitForContinue (not
 // nil) is to decide whether the body is sent at all (expect.go).
-func writeRequestBody(w *bufio.Writer, lw *limitWriter, r *request, body io.ReadCloser, f requestFraming, waitForContinue func() bool) error {
+func writeRequestBody(w *bufio.Writer, lw *limitWriter, r *request, body io.ReadCloser, f h1.RequestFraming, waitForContinue func() bool) error {
 	// As net/http (transferWriter.FlushHeaders, golang/go#22088): a body
 	// not already in memory may block until its caller has read some of
 	// the response (a pipe of a full-duplex exchange), so the head goes
 	// out before it is copied; one in memory goes out with it.
-	if f.flushHead || !inMemory(body) {
+	if f.FlushHead || !inMemory(body) {
 		if err := w.Flush(); err != nil {
 			return err
 		}
@@ -845,7 +649,7 @@ func writeRequestBody(w *bufio.Writer, lw *limitWriter, r *request, body io.Read
 			return nil // writeRequest's deferred Close releases the body
 		}
 	}
-	return writeBody(w, lw, r.req, f.body, f.cl, f.chunked)
+	return writeBody(w, lw, r.req, f.Body, f.CL, f.Chunked)
 }
 
 // requestBodyError wraps an error returned by the caller's request body, to
@@ -867,19 +671,11 @@ func (b bodyReader) Read(p []byte) (int, error) {
 
 func writeBody(w *bufio.Writer, lw *limitWriter, req *http.Request, raw io.Reader, cl int64, chunked bool) error {
 	if chunked {
-		cw := &chunkWriter{w: w}
-		_, err := copyPooled(cw, bodyReader{raw})
+		_, err := copyPooled(h1.NewChunkWriter(w), bodyReader{raw})
 		if err != nil {
 			return err
 		}
-		w.WriteString("0\r\n")
-		for k, vv := range req.Trailer {
-			for _, v := range vv {
-				writeField(w, nil, k, v)
-			}
-		}
-		_, err = w.WriteString("\r\n")
-		return err
+		return h1.WriteLastChunk(w, req.Trailer)
 	}
 	var n int64
 	if wt, ok := raw.(io.WriterTo); ok {
@@ -977,56 +773,4 @@ func (lw *limitWriter) Write(p []byte) (int, error) {
 // WriteTo does) a buffer of its own per request.
 func (lw *limitWriter) ReadFrom(r io.Reader) (int64, error) {
 	return copyPooled(lw, r)
-}
-
-type chunkWriter struct{ w *bufio.Writer }
-
-func (cw *chunkWriter) Write(p []byte) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
-	}
-	cw.w.WriteString(strconv.FormatInt(int64(len(p)), 16))
-	cw.w.WriteString("\r\n")
-	cw.w.Write(p)
-	cw.w.WriteString("\r\n")
-	// As net/http (internal.FlushAfterChunkWriter): each chunk reaches the
-	// server as soon as the caller's body yields it, so that a streaming
-	// body streams.
-	if err := cw.w.Flush(); err != nil {
-		return 0, err
-	}
-	return len(p), nil
-}
-
-// writeField writes the field line k: v to w, v trimmed of surrounding
-// space, and reports it to trace (if not nil). It returns v as written.
-func writeField(w *bufio.Writer, trace *httptrace.ClientTrace, k, v string) string {
-	// Values were validated (no CR or LF); trim as net/http does.
-	v = strings.TrimSpace(v)
-	w.WriteString(k)
-	w.WriteString(": ")
-	w.WriteString(v)
-	w.WriteString("\r\n")
-	if trace != nil && trace.WroteHeaderField != nil {
-		trace.WroteHeaderField(k, []string{v})
-	}
-	return v
-}
-
-func isCTL(r rune) bool { return r < ' ' || r == 0x7f }
-
-// removeZone removes an IPv6 zone identifier from host, as net/http does.
-func removeZone(host string) string {
-	if !strings.HasPrefix(host, "[") {
-		return host
-	}
-	i := strings.LastIndex(host, "]")
-	if i < 0 {
-		return host
-	}
-	j := strings.LastIndex(host[:i], "%")
-	if j < 0 {
-		return host
-	}
-	return host[:j] + host[i:]
 }

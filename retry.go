@@ -227,6 +227,8 @@ func observeQueued(o *Observer, a *attempt) {
 
 var errTooManyMoves = errors.New("pipelined: request moved between connections too many times")
 
+// roundTripAttempts sends r on p's connections, one attempt after another,
+// until one brings r's response or checkRetry (nextCause) gives up.
 func (p *hostPool) roundTripAttempts(r *request) (*http.Response, error) {
 	// A copy of a late head (hostPool.hedge) may be as slow as its
 	// original: it is written alone, so that nothing waits behind it.
@@ -248,35 +250,14 @@ func (p *hostPool) roundTripAttempts(r *request) (*http.Response, error) {
 		if err := r.ctx.Err(); err != nil {
 			return nil, context.Cause(r.ctx)
 		}
-		a := newAttempt(r, alone)
 		n++
-		a.n, a.cause = n, cause
-		if o != nil {
-			r.obs.last = a
-			a.queuedAt = monoNow()
-			if o.RequestQueued != nil && !continued {
-				observeQueued(o, a)
-			}
-			continued = false
-		}
-		c, err := p.acquire(a)
-		for err == errPoolGone {
-			// The pool emptied and was forgotten since this request got
-			// it: place the attempt on the host's current pool.
-			if p, err = p.t.pool(p.key); err != nil {
-				return nil, err
-			}
-			c, err = p.acquire(a)
-		}
-		if err != nil {
+		a := queueAttempt(o, r, alone, n, cause, continued)
+		continued = false
+		var c *pconn
+		var err error
+		if p, c, err = p.placeAttempt(a); err != nil {
 			return nil, err
 		}
-		p.observeAssigned(a)
-		if a.heldAtAssign {
-			a.heldAtAssign = false
-			p.hold(c, false)
-		}
-		var out outcome
 		var res result
 		if err := c.send(a); err != nil {
 			p.release(c)
@@ -309,32 +290,83 @@ func (p *hostPool) roundTripAttempts(r *request) (*http.Response, error) {
 				return nil, context.Cause(r.ctx)
 			}
 		}
-		out.moved = res.retry
-		var ce *ConnError
-		if !out.moved {
-			if !errors.As(res.err, &ce) {
-				return nil, res.err
-			}
-			out.err = ce.fail
+		if cause, err = nextCause(r, res, &alone, &moves, &retries); err != nil {
+			return nil, err
 		}
-		switch checkRetry(r.replayable, alone, out) {
-		case sendAgain:
-			if moves++; moves > maxMoves {
-				return nil, &ConnError{Err: errTooManyMoves, Written: out.moved || out.err.written}
-			}
-			cause = ResendNotWritten
-			if out.moved {
-				cause = ResendHeadOfLine
-			}
-		case retryAlone:
-			if retries++; retries > maxRetries {
-				return nil, ce
-			}
-			alone = true
-			cause = ResendConnFailed
-		default:
-			return nil, ce
+	}
+}
+
+// queueAttempt makes r's attempt number n, sent for cause, and, with an
+// Observer (o), reports it queued unless it continues one already
+// reported (continued: moved from the HTTP/2 side).
+func queueAttempt(o *Observer, r *request, alone bool, n int32, cause ResendCause, continued bool) *attempt {
+	a := newAttempt(r, alone)
+	a.n, a.cause = n, cause
+	if o != nil {
+		r.obs.last = a
+		a.queuedAt = monoNow()
+		if o.RequestQueued != nil && !continued {
+			observeQueued(o, a)
 		}
+	}
+	return a
+}
+
+// placeAttempt acquires a connection for a, and returns it with the pool
+// it belongs to: p, or the host's current pool if p emptied and was
+// forgotten since the request got it.
+func (p *hostPool) placeAttempt(a *attempt) (*hostPool, *pconn, error) {
+	c, err := p.acquire(a)
+	for err == errPoolGone {
+		// The pool emptied and was forgotten since this request got
+		// it: place the attempt on the host's current pool.
+		if p, err = p.t.pool(p.key); err != nil {
+			return nil, nil, err
+		}
+		c, err = p.acquire(a)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	p.observeAssigned(a)
+	if a.heldAtAssign {
+		a.heldAtAssign = false
+		p.hold(c, false)
+	}
+	return p, c, nil
+}
+
+// nextCause decides, by checkRetry, whether r goes again after an attempt
+// that ended with res and no response: it returns the cause of the next
+// attempt, or the error r fails with. alone (whether the next attempt is
+// sent alone), moves and retries are r's, updated.
+func nextCause(r *request, res result, alone *bool, moves, retries *int) (ResendCause, error) {
+	var out outcome
+	out.moved = res.retry
+	var ce *ConnError
+	if !out.moved {
+		if !errors.As(res.err, &ce) {
+			return ResendNone, res.err
+		}
+		out.err = ce.fail
+	}
+	switch checkRetry(r.replayable, *alone, out) {
+	case sendAgain:
+		if *moves++; *moves > maxMoves {
+			return ResendNone, &ConnError{Err: errTooManyMoves, Written: out.moved || out.err.written}
+		}
+		if out.moved {
+			return ResendHeadOfLine, nil
+		}
+		return ResendNotWritten, nil
+	case retryAlone:
+		if *retries++; *retries > maxRetries {
+			return ResendNone, ce
+		}
+		*alone = true
+		return ResendConnFailed, nil
+	default:
+		return ResendNone, ce
 	}
 }
 

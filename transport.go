@@ -13,9 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/net/http/httpguts"
-
 	"github.com/pipelined/pipelined/internal/model"
+	"golang.org/x/net/http/httpguts"
 )
 
 // Defaults used when a [TransportOptions] field is zero.

@@ -1,6 +1,6 @@
 //go:build linux || darwin || dragonfly || freebsd || netbsd || openbsd
 
-package pipelined
+package socket
 
 import (
 	"crypto/tls"
@@ -8,37 +8,42 @@ import (
 	"syscall"
 )
 
-// A peeker looks at a connection's socket without reading from it: a recv
+// This file holds the Peeker of the systems that have MSG_PEEK and
+// MSG_DONTWAIT. A Peeker has no lock: it is owned by the holder of its
+// connection's read turn.
+
+// A Peeker looks at a connection's socket without reading from it: a recv
 // with MSG_PEEK and MSG_DONTWAIT. It is made once per connection, so that
-// a look allocates nothing; it belongs to the holder of the read turn
-// (direct.go).
-type peeker struct {
+// a look allocates nothing; it belongs to the holder of the connection's
+// read turn.
+type Peeker struct {
 	rc    syscall.RawConn
 	look  func(fd uintptr) // p.recv, bound once
 	quiet bool
 	b     [1]byte
 
-	// lookWrite's state: write is the connection's flush (bound once by
-	// newPconn), step is p.lookThenWrite, bound once; looked and werr
-	// are what the step did.
-	write  func() error
+	// Write is the connection's flush, which LookWrite calls; set once
+	// by the owner of the Peeker before its first LookWrite.
+	Write func() error
+
+	// LookWrite's state: step is p.lookThenWrite, bound once; looked and
+	// werr are what the step did.
 	step   func(fd uintptr) bool
 	looked bool
 	werr   error
 
-	// readNow's state: nowStep is p.readStep, bound once; nowBuf and
+	// ReadNow's state: nowStep is p.readStep, bound once; nowBuf and
 	// nowN are its buffer and what it read.
 	nowStep func(fd uintptr) bool
 	nowBuf  []byte
 	nowN    int
 }
 
-// readNow reads into b what the socket holds already, without waiting:
+// ReadNow reads into b what the socket holds already, without waiting:
 // one read, which returns 0 if nothing is there (or at the end of the
 // stream, or on an error, which the next read from the connection meets
-// again). Only for a connection with nothing between it and the socket
-// (pconn.readsNow).
-func (p *peeker) readNow(b []byte) int {
+// again). Only for a connection with nothing between it and the socket.
+func (p *Peeker) ReadNow(b []byte) int {
 	if p.nowStep == nil {
 		p.nowStep = p.readStep
 	}
@@ -48,7 +53,7 @@ func (p *peeker) readNow(b []byte) int {
 	return p.nowN
 }
 
-func (p *peeker) readStep(fd uintptr) bool {
+func (p *Peeker) readStep(fd uintptr) bool {
 	n, err := syscall.Read(int(fd), p.nowBuf)
 	if err == nil && n > 0 {
 		p.nowN = n
@@ -56,14 +61,14 @@ func (p *peeker) readStep(fd uintptr) bool {
 	return true // never wait
 }
 
-// newPeeker returns a peeker for conn, or nil if conn cannot be looked at
+// NewPeeker returns a Peeker for conn, or nil if conn cannot be looked at
 // without reading it. A TCP connection of the operating system's can, and
 // so can a connection that exposes its socket (syscall.Conn), as a thin
 // wrapper that counts or traces does by promising that it buffers nothing.
 // A TLS connection is looked at through its socket: the records it already
-// holds are checked through it (pconn.quiet). Any other wrapper may hold
+// holds are checked by the caller. Any other wrapper may hold
 // bytes of its own (a proxy's buffer), so it is never looked at this way.
-func newPeeker(conn net.Conn) *peeker {
+func NewPeeker(conn net.Conn) *Peeker {
 	if tc, ok := conn.(*tls.Conn); ok {
 		conn = tc.NetConn()
 	}
@@ -75,20 +80,20 @@ func newPeeker(conn net.Conn) *peeker {
 	if err != nil {
 		return nil
 	}
-	p := &peeker{rc: rc}
+	p := &Peeker{rc: rc}
 	p.look = p.recv
 	p.step = p.lookThenWrite
 	return p
 }
 
-func (p *peeker) recv(fd uintptr) {
+func (p *Peeker) recv(fd uintptr) {
 	_, _, err := syscall.Recvfrom(int(fd), p.b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 	p.quiet = err == syscall.EAGAIN || err == syscall.EWOULDBLOCK
 }
 
-// socketQuiet reports whether the socket has nothing to read, neither
+// SocketQuiet reports whether the socket has nothing to read, neither
 // bytes nor an end of stream nor an error, without reading or waiting.
-func (p *peeker) socketQuiet() bool {
+func (p *Peeker) SocketQuiet() bool {
 	p.quiet = false
 	// Control, not Read: nothing waits, and the reader goroutine, which
 	// rests, holds no read of its own on the socket.
@@ -96,14 +101,14 @@ func (p *peeker) socketQuiet() bool {
 	return err == nil && p.quiet
 }
 
-// lookWrite looks at the socket and, if it is quiet, writes (p.write) and
+// LookWrite looks at the socket and, if it is quiet, writes (p.Write) and
 // then waits until the socket may have something to read, all in one
-// RawConn.Read: its readiness is reset before the look, so an answer that
-// comes at any time after the look ends the wait (pconn.writeHeld). It
+// RawConn.Read: its readiness is reset before the look, so a response that
+// comes at any time after the look ends the wait. It
 // reports whether the socket was looked at and found quiet, and write's
 // error. Whatever ended the wait early (a read deadline, a close), the
 // read that follows reports.
-func (p *peeker) lookWrite() (quiet bool, err error) {
+func (p *Peeker) LookWrite() (quiet bool, err error) {
 	p.looked, p.quiet, p.werr = false, false, nil
 	p.rc.Read(p.step)
 	quiet, err = p.looked && p.quiet, p.werr
@@ -111,12 +116,12 @@ func (p *peeker) lookWrite() (quiet bool, err error) {
 	return quiet, err
 }
 
-// sawPeer reports whether the last lookWrite looked at the socket and found
+// SawPeer reports whether the last LookWrite looked at the socket and found
 // something there (bytes, an end of stream or an error): the server spoke,
 // or closed, while the connection was idle.
-func (p *peeker) sawPeer() bool { return p.looked && !p.quiet }
+func (p *Peeker) SawPeer() bool { return p.looked && !p.quiet }
 
-func (p *peeker) lookThenWrite(fd uintptr) bool {
+func (p *Peeker) lookThenWrite(fd uintptr) bool {
 	if p.looked {
 		return true // the wait ended
 	}
@@ -125,8 +130,8 @@ func (p *peeker) lookThenWrite(fd uintptr) bool {
 	if !p.quiet {
 		return true
 	}
-	if p.werr = p.write(); p.werr != nil {
+	if p.werr = p.Write(); p.werr != nil {
 		return true
 	}
-	return false // wait for the answer
+	return false // wait for the response
 }

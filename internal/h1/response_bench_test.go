@@ -1,4 +1,4 @@
-package pipelined
+package h1
 
 import (
 	"bufio"
@@ -22,7 +22,7 @@ var (
 )
 
 // BenchmarkReadResponse measures parsing one response head into an
-// *http.Response (readResponseHead), as the connection's reader does.
+// *http.Response (ReadResponseHead), as the connection's reader does.
 // cpu-ns/op is the thread's CPU time per head (Linux), a figure that holds
 // better than ns/op when other work shares the machine.
 func BenchmarkReadResponse(b *testing.B) {
@@ -41,7 +41,7 @@ func BenchmarkReadResponse(b *testing.B) {
 			for b.Loop() {
 				src.Reset(head)
 				br.Reset(src)
-				resp, _, err := readResponseHead(br, http.MethodGet, 1<<20, nil)
+				resp, _, err := ReadResponseHead(br, http.MethodGet, 1<<20, nil)
 				if err != nil || resp.StatusCode != 200 {
 					b.Fatal(resp, err)
 				}

@@ -1,4 +1,4 @@
-package pipelined
+package h1
 
 import (
 	"bufio"

@@ -1,9 +1,8 @@
-package pipelined
+package h1
 
 import (
 	"bufio"
 	"bytes"
-	"fmt"
 	"io"
 	"net/http"
 	"net/textproto"
@@ -13,34 +12,30 @@ import (
 	"golang.org/x/net/http/httpguts"
 )
 
-// This file parses response heads strictly (RFC 9112 §2-§6). Anything the
-// RFC allows a recipient to either repair or reject (bare CR, bare LF,
-// obs-fold, whitespace before the first field) is rejected: on a pipelined
-// connection a lenient guess that turns out wrong hands every later response
-// to the wrong request.
+// This file parses response heads strictly (RFC 9112 §2-§6) and works
+// out the framing of their bodies (§6.3). Anything the RFC allows a
+// recipient to either repair or reject (bare CR, bare LF, obs-fold,
+// whitespace before the first field) is rejected: on a pipelined
+// connection a lenient guess that turns out wrong hands every later
+// response to the wrong request. Its functions hold no state and take no
+// lock: the caller owns the bufio.Reader they read.
 
-// bodyKind is how a response body is delimited (RFC 9112 §6.3).
-type bodyKind uint8
+// BodyKind is how a response body is delimited (RFC 9112 §6.3).
+type BodyKind uint8
 
+// The kinds of response body.
 const (
-	bodyNone       bodyKind = iota // HEAD, 1xx, 204, 304: ends with the header block
-	bodyLength                     // Content-Length
-	bodyChunked                    // Transfer-Encoding: chunked
-	bodyUntilClose                 // neither: the body ends when the server closes
+	BodyNone       BodyKind = iota // HEAD, 1xx, 204, 304: ends with the header block
+	BodyLength                     // Content-Length
+	BodyChunked                    // Transfer-Encoding: chunked
+	BodyUntilClose                 // neither: the body ends when the server closes
 )
 
-// errHeaderTooLarge is returned when a response head exceeds
-// MaxResponseHeaderBytes.
-type headerTooLargeError struct{ limit int64 }
-
-func (e *headerTooLargeError) Error() string {
-	return fmt.Sprintf("pipelined: server response headers exceeded %d bytes; aborted", e.limit)
-}
-
-// framing is what the reader needs to know to find the end of a body.
-type framing struct {
-	kind bodyKind
-	n    int64 // for bodyLength
+// Framing is what the reader needs to know to find the end of a response
+// body.
+type Framing struct {
+	Kind BodyKind
+	N    int64 // for BodyLength
 }
 
 // readLine reads one CRLF-terminated line of a head and returns it without
@@ -52,7 +47,7 @@ func readLine(br *bufio.Reader, budget *int64, limit int64) ([]byte, error) {
 		buf := append([]byte(nil), line...)
 		for err == bufio.ErrBufferFull {
 			if int64(len(buf)) > *budget {
-				return nil, &headerTooLargeError{limit}
+				return nil, &HeaderTooLargeError{limit}
 			}
 			line, err = br.ReadSlice('\n')
 			buf = append(buf, line...)
@@ -61,7 +56,7 @@ func readLine(br *bufio.Reader, budget *int64, limit int64) ([]byte, error) {
 	}
 	*budget -= int64(len(line))
 	if *budget < 0 {
-		return nil, &headerTooLargeError{limit}
+		return nil, &HeaderTooLargeError{limit}
 	}
 	if err != nil {
 		if err == io.EOF && len(line) > 0 {
@@ -81,37 +76,40 @@ func readLine(br *bufio.Reader, budget *int64, limit int64) ([]byte, error) {
 	return line, nil
 }
 
-// readResponseHead reads one response head from br for a request with the
+// ReadResponseHead reads one response head from br for a request with the
 // given method, skipping interim (1xx) responses other than 101, each of
-// which is passed to interim if it is not nil. The returned response has
-// Status, StatusCode, Proto*, Header, ContentLength, TransferEncoding, Close
-// and Trailer (declared keys) set as net/http sets them; the body framing is
-// returned separately.
-func readResponseHead(br *bufio.Reader, method string, limit int64, interim func(code int, h http.Header) error) (*http.Response, framing, error) {
+// which is passed to interim if it is not nil (interim returns
+// ErrResetHeaderLimit to have limit apply to each head alone, or an error
+// that ends the read). The returned response has Status, StatusCode,
+// Proto*, Header, ContentLength, TransferEncoding, Close and Trailer
+// (declared keys) set as net/http sets them; the body framing is returned
+// separately. A head longer than limit bytes fails with a
+// *HeaderTooLargeError, a malformed one with a *FramingError.
+func ReadResponseHead(br *bufio.Reader, method string, limit int64, interim func(code int, h http.Header) error) (*http.Response, Framing, error) {
 	budget := limit
 	for {
 		resp, err := readOneHead(br, &budget, limit)
 		if err != nil {
-			return nil, framing{}, err
+			return nil, Framing{}, err
 		}
 		code := resp.StatusCode
 		if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
-			// RFC 9112 §9.2: an interim response is not the answer; keep
+			// RFC 9112 §9.2: an interim response is not the final one; keep
 			// reading for the final response of the same request.
 			if interim != nil {
-				if err := interim(code, resp.Header); err == errResetHeaderLimit {
+				if err := interim(code, resp.Header); err == ErrResetHeaderLimit {
 					// The caller saw this 1xx and bounds their number
 					// itself: reset the limit, as net/http does.
 					budget = limit
 				} else if err != nil {
-					return nil, framing{}, err
+					return nil, Framing{}, err
 				}
 			}
 			continue
 		}
 		f, err := bodyFraming(resp, method)
 		if err != nil {
-			return nil, framing{}, err
+			return nil, Framing{}, err
 		}
 		return resp, f, nil
 	}
@@ -363,18 +361,18 @@ func parseStatusLine(line []byte, resp *http.Response) error {
 	return nil
 }
 
-// isProtocolSwitch reports whether the header of a 101 response switches
+// IsProtocolSwitch reports whether the header of a 101 response switches
 // the connection to another protocol, as net/http's
 // Response.isProtocolSwitch: it names one (Upgrade) and says so
 // (Connection: upgrade).
-func isProtocolSwitch(h http.Header) bool {
+func IsProtocolSwitch(h http.Header) bool {
 	up := h["Upgrade"]
 	return len(up) > 0 && up[0] != "" && httpguts.HeaderValuesContainsToken(h["Connection"], "upgrade")
 }
 
 // bodyFraming applies RFC 9112 §6.3 to a final response head and sets the
 // fields of resp that net/http derives from it.
-func bodyFraming(resp *http.Response, method string) (framing, error) {
+func bodyFraming(resp *http.Response, method string) (Framing, error) {
 	h := resp.Header
 	te, hasTE := h["Transfer-Encoding"]
 	cls, hasCL := h["Content-Length"]
@@ -382,17 +380,17 @@ func bodyFraming(resp *http.Response, method string) (framing, error) {
 	if hasTE {
 		if resp.ProtoMinor == 0 {
 			// RFC 9112 §6.1: HTTP/1.0 with Transfer-Encoding has faulty framing.
-			return framing{}, framingErrorf("Transfer-Encoding in an HTTP/1.0 response")
+			return Framing{}, framingErrorf("Transfer-Encoding in an HTTP/1.0 response")
 		}
 		if hasCL {
 			// RFC 9112 §6.3 ¶3, §11.2: both headers is how responses are
 			// smuggled; treat it as an error, not as "TE wins".
-			return framing{}, framingErrorf("both Transfer-Encoding and Content-Length")
+			return Framing{}, framingErrorf("both Transfer-Encoding and Content-Length")
 		}
 		if len(te) != 1 || !strings.EqualFold(strings.TrimSpace(te[0]), "chunked") {
 			// RFC 9112 §6.3 ¶4 would read a non-chunked coding until close;
 			// like net/http, we do not support other codings.
-			return framing{}, framingErrorf("unsupported transfer encoding %q", te)
+			return Framing{}, framingErrorf("unsupported transfer encoding %q", te)
 		}
 		chunked = true
 		delete(h, "Transfer-Encoding")
@@ -403,7 +401,7 @@ func bodyFraming(resp *http.Response, method string) (framing, error) {
 		var err error
 		n, err = parseContentLength(cls)
 		if err != nil {
-			return framing{}, err
+			return Framing{}, err
 		}
 		if len(cls) > 1 || strings.IndexByte(cls[0], ',') >= 0 {
 			// Keep one value, as net/http does with duplicates.
@@ -425,21 +423,21 @@ func bodyFraming(resp *http.Response, method string) (framing, error) {
 		} else {
 			resp.ContentLength = 0
 		}
-		return framing{kind: bodyNone}, nil
+		return Framing{Kind: BodyNone}, nil
 	case chunked:
 		resp.ContentLength = -1
 		if err := declareTrailers(resp); err != nil {
-			return framing{}, err
+			return Framing{}, err
 		}
-		return framing{kind: bodyChunked}, nil
+		return Framing{Kind: BodyChunked}, nil
 	case hasCL:
 		resp.ContentLength = n
-		return framing{kind: bodyLength, n: n}, nil
+		return Framing{Kind: BodyLength, N: n}, nil
 	default:
 		// RFC 9112 §6.3 ¶8: read until the connection closes.
 		resp.ContentLength = -1
 		resp.Close = true
-		return framing{kind: bodyUntilClose}, nil
+		return Framing{Kind: BodyUntilClose}, nil
 	}
 }
 
