@@ -103,7 +103,7 @@ func BenchmarkClientGet(b *testing.B) {
 
 // BenchmarkClientGetDirect is BenchmarkClientGet with as many callers as
 // connections (5): nothing to pipeline, every caller reads its own answer
-// (a direct read, direct.go). Compare with fasthttp.HostClient's shape
+// (a direct read, conn_direct.go). Compare with fasthttp.HostClient's shape
 // (the benchmarks program's p5 suite).
 func BenchmarkClientGetDirect(b *testing.B) {
 	tr := NewTransport(TransportOptions{MaxConnsPerHost: 5, PipelineDepth: 10})
@@ -115,7 +115,7 @@ func BenchmarkClientGetDirect(b *testing.B) {
 // requests that can be cancelled: all with one context (shared, as a
 // service's workers often run under one), or each with its own, cancelled
 // once its body is read (own, as with a Client.Timeout). A direct read
-// watches its request's context (direct.go, startDirect).
+// watches its request's context (conn_direct.go, startDirect).
 func BenchmarkClientGetDirectContext(b *testing.B) {
 	for _, name := range []string{"shared", "own"} {
 		b.Run(name, func(b *testing.B) {
@@ -152,7 +152,7 @@ func BenchmarkClientGetDirectContext(b *testing.B) {
 // BenchmarkClientGetDirect spends above it is the net/http API, the pool
 // and the building of an *http.Response; its look at the socket before
 // each request takes the place of the read that would find the socket
-// empty (direct.go, writeHeld), so both make the same system calls.
+// empty (conn_direct.go, writeHeld), so both make the same system calls.
 func BenchmarkMinimalClientGet(b *testing.B) {
 	url := benchServer(b)
 	addr := strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/")

@@ -20,7 +20,7 @@ import (
 )
 
 // inDirectRead reports whether the calling goroutine is a caller reading
-// its own answer (direct.go): httptrace hooks that fire while a response
+// its own answer (conn_direct.go): httptrace hooks that fire while a response
 // is read run in the goroutine that reads it.
 func inDirectRead() bool { return inFrame(".(*connReader).readDirect") }
 

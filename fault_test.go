@@ -593,7 +593,7 @@ func TestHedgeHeadOfLine(t *testing.T) {
 		wantClosed bool // the head's connection is closed
 		// pipelined: the head is written behind another request, so that
 		// the connection's reader goroutine reads its answer; otherwise
-		// its caller does (a direct read, direct.go).
+		// its caller does (a direct read, conn_direct.go).
 		pipelined bool
 	}{
 		{name: "copy wins", hedge: true, warm: 60, wantCopy: true, wantClosed: true},

@@ -282,7 +282,7 @@ func (hp *holProtect) hedge(c *pconn, cp *request, headAt time.Time) {
 		time.AfterFunc(waited, func() { p.probeLost(c, orig) })
 		return
 	}
-	// A caller reading its own answer (a direct read, direct.go) is
+	// A caller reading its own answer (a direct read, conn_direct.go) is
 	// woken by the close and takes the copy's.
 	c.dropIfUnwanted()
 }

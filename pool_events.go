@@ -232,7 +232,7 @@ func (pe *poolEvents) responseReadLocked(c *pconn, a *attempt, closing, headers,
 	if a.streamed || a.heldTentative || a.streamAtHead {
 		// Only a's own stream ends here: after a direct read, the turn
 		// passes on before responseDone, so the reader may already
-		// stream the next answer (direct.go, directDone).
+		// stream the next answer (conn_direct.go, directDone).
 		s.streaming = false
 	}
 	p.tick++

@@ -125,7 +125,7 @@ func TestHookReentry(t *testing.T) {
 		pipelined bool
 		// watched: the idle connection is watched by its reader
 		// goroutine, which reads the answer (otherwise the connection
-		// rests, and the caller reads its own answer: direct.go).
+		// rests, and the caller reads its own answer: conn_direct.go).
 		watched bool
 	}{
 		{name: "new host", outers: 1},

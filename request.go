@@ -397,7 +397,7 @@ type attemptContinue struct {
 
 // attemptRead is written by a's reader, the holder of its connection's
 // read turn (the reader goroutine, or a's caller reading its own answer,
-// direct.go), before it reports what it read to the pool (headers read,
+// conn_direct.go), before it reports what it read to the pool (headers read,
 // response done), which reads it then under hostPool.mu. headersRead is
 // set under pconn.mu, which its readers hold.
 type attemptRead struct {
@@ -536,7 +536,7 @@ func (a *attempt) abandon() bool {
 // and the requests pipelined on it left alone (the head it returns with
 // an error is for traceRefused). The Host field and the
 // request-target were checked before r was placed (checkTarget); the
-// framing needs the body (a probe of it, emptybody.go).
+// framing needs the body (a probe of it, request_body_probe.go).
 func prepareHead(r *request, body io.ReadCloser) (h1.Head, error) {
 	h := h1.Head{Method: r.method, Host: r.host, Target: r.target,
 		Close: r.closeAfter, Gzip: r.addGzip, ProxyAuth: r.proxyAuth}
@@ -614,7 +614,7 @@ func writeRequest(w *bufio.Writer, lw *limitWriter, r *request, h *h1.Head, body
 
 // frameRequest chooses the framing of r's body (nil: none), following
 // net/http's transferWriter: an empty body of unknown length on a method
-// that usually lacks one is no body (emptybody.go); h1.FrameRequest
+// that usually lacks one is no body (request_body_probe.go); h1.FrameRequest
 // chooses the rest.
 func frameRequest(r *request, body io.ReadCloser) h1.RequestFraming {
 	var b io.Reader = body

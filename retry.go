@@ -145,7 +145,7 @@ func (p *hostPool) roundTripH1(req, sent *http.Request, from *useH1, changes int
 	if u, ok := err.(*useH2); ok && r.bodyUsed {
 		// An attempt here took sent's body, which may be read already:
 		// written (checkRetry let the request go again), or read into a
-		// write held and not sent (direct.go). The HTTP/2 side gets a
+		// write held and not sent (conn_direct.go). The HTTP/2 side gets a
 		// fresh one, as net/http rewinds a body before each retry, or
 		// the request fails: an empty body is never sent for it.
 		var rerr error
@@ -285,7 +285,7 @@ func (p *hostPool) roundTripAttempts(r *request) (*http.Response, error) {
 			}
 			if res.err != nil && r.ctx.Err() != nil {
 				// Failed as its caller gave up (a direct read that the
-				// cancellation interrupted, direct.go): the caller's
+				// cancellation interrupted, conn_direct.go): the caller's
 				// reason is the error, as net/http reports it.
 				return nil, context.Cause(r.ctx)
 			}

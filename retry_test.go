@@ -468,7 +468,7 @@ func TestWrittenAsServerClosesNotResent(t *testing.T) {
 			return &lateWriteConn{Conn: c, closed: make(chan struct{}), reported: reported}, nil
 		}})
 		req, _ := http.NewRequestWithContext(parCtx(t), method, srv.url("/"), strings.NewReader("payload"))
-		req.ContentLength = -1 // chunked: written by a goroutine of its own, not read by its caller (direct.go)
+		req.ContentLength = -1 // chunked: written by a goroutine of its own, not read by its caller (conn_direct.go)
 		_, err := tr.RoundTrip(req)
 		var sent int32
 		if n, ok := got.Load(method); ok {

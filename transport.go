@@ -453,14 +453,14 @@ type Transport struct {
 	addrs *addrBook
 
 	// restWatch is how long a connection rests before its reader watches
-	// it again (direct.go): the constant restWatch, or testHookRestWatch.
+	// it again (conn_direct.go): the constant restWatch, or testHookRestWatch.
 	restWatch time.Duration
 	// handOvers counts the bodies that callers reading their own answers
-	// left to the reader goroutine (direct.go, errHandOver): tests count
+	// left to the reader goroutine (conn_direct.go, errHandOver): tests count
 	// them.
 	handOvers atomic.Int64
 	// farHop is how long a host's first dial's first hop takes before the
-	// host counts as far away (scheduler.go, farDialLocked): the constant
+	// host counts as far away (response_wait.go, farDialLocked): the constant
 	// model.FarHop, or testHookFarHop.
 	farHop time.Duration
 }

@@ -117,7 +117,7 @@ const (
 	// below it, pipelining still saves round trips and system calls.
 	serialDialGap = clearly * serialGapMin
 	// FarHop is how long a host's first dial's first hop may take before
-	// the host counts as far away (scheduler.go, farDialLocked). Over loopback
+	// the host counts as far away (response_wait.go, farDialLocked). Over loopback
 	// a process's first connect took 2.3 ms (8 ms under the race
 	// detector); a host across a continent is 30 ms or more away. A dial
 	// found far wrongly costs what net/http pays: a dial per waiting
