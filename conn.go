@@ -33,9 +33,11 @@ import (
 //     appends its attempt to fifo (under mu) before writing its first
 //     byte, so a response can never arrive for a request that is not in
 //     fifo.
-//   - One reader goroutine (readLoop) owns br for the connection's whole
-//     life and parses responses strictly in fifo order (RFC 9112 §9.2). It
-//     copies bodies into their response's body buffer (body.go).
+//   - The holder of the read turn owns br (connReader): the reader
+//     goroutine (readLoop), or a caller reading its own response on a
+//     resting connection (conn_direct.go). Either parses responses strictly
+//     in fifo order (RFC 9112 §9.2) and copies bodies into their response's
+//     body buffer (body.go).
 //   - mu guards fifo, answered, noWrite and dead: the wire-level state.
 //   - The schedulable state (sched) belongs to the pool and is guarded by
 //     hostPool.mu. The connection changes it only by reporting events
