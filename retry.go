@@ -32,7 +32,7 @@ type failure struct {
 	written  bool // some of the request reached the connection
 	reused   bool // written behind other requests or after a response on the same connection, or shared it when it failed
 	answered bool // the server answered it, badly (malformed) or too late
-	garbled  bool // the answer was malformed: the bad bytes may belong to an earlier response
+	garbled  bool // the response was malformed: the bad bytes may belong to an earlier response
 }
 
 // outcome is how an attempt ended without a response for its caller.
@@ -269,7 +269,7 @@ func (p *hostPool) roundTripAttempts(r *request) (*http.Response, error) {
 			res = p.await(a)
 			if res.err == nil && !res.retry {
 				if res.copied && r.obs != nil {
-					// The copy's answer: RequestDone reports its attempt
+					// The copy's response: RequestDone reports its attempt
 					// (and the copy reported its headers).
 					cp := r.obs.copy
 					r.obs.last = cp.obs.last

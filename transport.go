@@ -151,7 +151,7 @@ type TransportOptions struct {
 	// wait for its response headers once a request is pipelined behind it
 	// (or stream an open-ended body) before
 	// the safe requests pipelined behind it are re-sent on other
-	// connections (the late answers are read and discarded) and the
+	// connections (the late responses are read and discarded) and the
 	// connection takes no new requests until those headers arrive. Only
 	// safe requests (GET, HEAD, OPTIONS, TRACE without a body) are ever
 	// pipelined, so no other request is ever sent twice this way. Zero
@@ -165,13 +165,13 @@ type TransportOptions struct {
 	// another connection, if it is safe (GET, HEAD, OPTIONS, TRACE without
 	// a body). Late is as for HeadOfLineTimeout (a head with a request
 	// pipelined behind it), or earlier against a host that runs a
-	// connection's requests one at a time. The first answer wins. If the
+	// connection's requests one at a time. The first response wins. If the
 	// copy's does, the head's connection is closed when nothing else waits
 	// on it: closing is the one way to cancel an HTTP/1.1 request (net/http
 	// closes the connection of a cancelled one too), and it frees the
 	// connection's place under MaxConnsPerHost at once. If the head's
 	// answer wins, the copy runs to its end, or until the request's context
-	// is cancelled, and its answer is discarded. Copies are held to the
+	// is cancelled, and its response is discarded. Copies are held to the
 	// host's one budget of duplicates, about 2% of requests, which early
 	// re-sends from behind late heads spend too. A copy fires none of the request's httptrace hooks (a
 	// dial it starts carries the request's context values, as every dial
@@ -186,12 +186,12 @@ type TransportOptions struct {
 	HedgeHeadOfLine bool
 
 	// FixedPolicy turns the host model off (docs/model.md): the transport
-	// learns nothing from a host's answers, and the same sequence of
+	// learns nothing from a host's responses, and the same sequence of
 	// requests gets the same placement whatever the host's history, as
 	// with fasthttp's PipelineClient. Pipelineable requests take idle
 	// connections, then new ones up to PipelineConnsPerHost, then are
 	// pipelined up to PipelineDepth behind any request that allows it
-	// (a safe one whose answer has not shown itself a stream). What a
+	// (a safe one whose response has not shown itself a stream). What a
 	// connection shows of itself still counts: a stream or a late head
 	// takes nothing new behind it, a Connection: close or a Keep-Alive
 	// hint retires it, and a host whose pipelined connections keep failing
@@ -455,7 +455,7 @@ type Transport struct {
 	// restWatch is how long a connection rests before its reader watches
 	// it again (conn_direct.go): the constant restWatch, or testHookRestWatch.
 	restWatch time.Duration
-	// handOvers counts the bodies that callers reading their own answers
+	// handOvers counts the bodies that callers reading their own responses
 	// left to the reader goroutine (conn_direct.go, errHandOver): tests count
 	// them.
 	handOvers atomic.Int64
@@ -671,7 +671,7 @@ type HostStats struct {
 	Retired Retirements
 
 	// PipelineDepth is the host's effective pipeline depth: the
-	// Transport's; fewer when the host's answers are large (about 512 KiB
+	// Transport's; fewer when the host's responses are large (about 512 KiB
 	// of them in flight on a connection, at least 2) or when it runs a
 	// connection's requests one at a time; or 1 while the host is in
 	// fallback after its connections repeatedly failed with pipelined
@@ -762,7 +762,7 @@ type HostModel struct {
 	// a round trip; 0 until one.
 	RoundTrip time.Duration
 
-	// UsualHeadWait is an estimate of how long the host's answers hold
+	// UsualHeadWait is an estimate of how long the host's responses hold
 	// their connection's head (late ones left out); LateAfter is how long
 	// a head may wait before it is late: 20 usual waits, at least 50 ms,
 	// at most HeadOfLineTimeout.
@@ -772,18 +772,18 @@ type HostModel struct {
 	// others once PipelineConnsPerHost connections are busy. If not,
 	// Reason says why: "fallback" (the host's pipelined connections
 	// failed; until FallbackUntil), "forward proxy" (requests in absolute
-	// form are never pipelined), "late heads" (its answers are late often
+	// form are never pipelined), "late heads" (its responses are late often
 	// enough that a request gains more from a connection of its own),
 	// "serial" (it runs a connection's requests one at a time, slowly
 	// enough that connections of their own run them in parallel) or
-	// "awaiting answer" (a burst waits for its first answer while it could
+	// "awaiting answer" (a burst waits for its first response while it could
 	// dial). Requests dial instead, up to MaxConnsPerHost.
 	Pipelining bool
 	Reason     string
 
 	// Serial reports whether the host is taken to run a connection's
 	// requests one at a time; its depth is then held to what it gains.
-	// ServiceTime is then its service time as its answers show it.
+	// ServiceTime is then its service time as its responses show it.
 	Serial      bool
 	ServiceTime time.Duration
 
