@@ -31,13 +31,13 @@ const maxRetries = 8
 type failure struct {
 	written  bool // some of the request reached the connection
 	reused   bool // written behind other requests or after a response on the same connection, or shared it when it failed
-	answered bool // the server answered it, badly (malformed) or too late
+	answered bool // the server responded to it, badly (malformed) or too late
 	garbled  bool // the response was malformed: the bad bytes may belong to an earlier response
 }
 
 // outcome is how an attempt ended without a response for its caller.
 type outcome struct {
-	moved bool    // told to go elsewhere: it will not be (or need not be) answered there
+	moved bool    // told to go elsewhere: it will not be (or need not be) responded to there
 	err   failure // otherwise, the connection failed
 }
 
@@ -387,8 +387,8 @@ func (p *hostPool) await(a *attempt) result {
 	case <-done:
 		if a.abandon() {
 			// The connection takes nothing more, and closes once a is its
-			// oldest unanswered request, as net/http closes it (the
-			// answer may never come); the requests behind a go elsewhere.
+			// oldest request still awaiting its response, as net/http closes
+			// it (the response may never come); the requests behind a go elsewhere.
 			a.c.abandoned()
 			return result{err: context.Cause(a.r.ctx)}
 		}

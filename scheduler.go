@@ -27,7 +27,7 @@ import (
 //     limit, as net/http). The request waits for that dial, or for a
 //     connection that becomes idle first, whichever comes first;
 //  3. for a pipelineable request, the busy connection with the least
-//     expected wait (leastWait.pipeline), once the host has answered
+//     expected wait (leastWait.pipeline), once the host has responded
 //     (model.FirstResponseWait);
 //  4. otherwise it waits in FIFO order, cancellable by its context.
 
@@ -104,8 +104,8 @@ func (q *waitQueue) remove(w *waiter) bool {
 // first verdict v, as if they had come after its response (place): a burst
 // to a fresh host waits for one response of each route, then is pipelined.
 // Left unseen, each was written alone when its turn came, however its
-// route had answered meanwhile: 16 GETs at once over one connection took
-// 16 answer times instead of 4.
+// route had responded meanwhile: 16 GETs at once over one connection took
+// 16 response times instead of 4.
 func (q *waitQueue) learned(c model.Class, v model.Verdict) {
 	for _, w := range q.ws {
 		a := w.a
@@ -323,14 +323,14 @@ func (sc *scheduler) stackOnLocked(depth int) *pconn {
 // (model.Host.Proven), or nil. Until then one request at a time is pipelined,
 // behind a head: the probe. The connection that carries it takes no more
 // until it is empty (probeDrain). A probe written together with its head
-// and answered before anything came after it proves the host. A server
+// and responded to before anything came after it proves the host. A server
 // that drops what is pipelined stalls the probe, not every connection:
 // gunicorn's gthread worker leaves the requests that came with the one it
-// answers until more bytes come or its keep-alive timeout closes the
+// responds to until more bytes come or its keep-alive timeout closes the
 // connection, 2 s later; at the start of a pool, 32 callers over 4
 // connections, each pipelined 4 deep, all waited for those closes (p99
-// 2.0 s, against net/http's 0.6). Any request answered behind another
-// proves nothing: gthread answers one that came in a read of its own. The
+// 2.0 s, against net/http's 0.6). Any request responded to behind another
+// proves nothing: gthread responds to one that came in a read of its own. The
 // probe's close is a failure before proof, which sets off the depth
 // fallback (notePipelineFailure); the host is probed again after it.
 func (sc *scheduler) probeLocked(depth int) *pconn {
@@ -645,7 +645,7 @@ func (sc *scheduler) assignLocked(c *pconn, a *attempt) httptrace.GotConnInfo {
 	if !a.r.pipelineable || a.alone || !a.follow.OK() {
 		// Nothing is written behind it: a request that is not safe
 		// until its final status (gotHeadersLocked), one alone or of a
-		// route not known to answer bounded and quickly (internal/model) until
+		// route not known to respond bounded and quickly (internal/model) until
 		// its response is read.
 		s.exclusive = true
 	}

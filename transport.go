@@ -119,7 +119,7 @@ type TransportOptions struct {
 	// new requests: once it is older than this (give or take 10%, so that
 	// connections opened together do not end together), it takes no new
 	// request, finishes those it carries (pipelined requests are
-	// answered, streams run to their end: none is cut) and closes. Where
+	// responded to, streams run to their end: none is cut) and closes. Where
 	// the load needs it (the connection is busy, or no other one is idle),
 	// its replacement is dialed first and the connection retires once the
 	// replacement is up, so that no request waits for a dial it would not
@@ -136,7 +136,7 @@ type TransportOptions struct {
 
 	// ResponseHeaderTimeout, if non-zero, is how long to wait for a
 	// response's headers once the request has been fully written and is the
-	// oldest unanswered request on its connection. (net/http starts the
+	// oldest request still awaiting its response on its connection. (net/http starts the
 	// timer when the request is written; on a pipelined connection that
 	// would count the time spent behind earlier responses.) On expiry the
 	// connection is closed and RoundTrip fails with [ErrResponseHeaderTimeout]
@@ -170,7 +170,7 @@ type TransportOptions struct {
 	// on it: closing is the one way to cancel an HTTP/1.1 request (net/http
 	// closes the connection of a cancelled one too), and it frees the
 	// connection's place under MaxConnsPerHost at once. If the head's
-	// answer wins, the copy runs to its end, or until the request's context
+	// response wins, the copy runs to its end, or until the request's context
 	// is cancelled, and its response is discarded. Copies are held to the
 	// host's one budget of duplicates, about 2% of requests, which early
 	// re-sends from behind late heads spend too. A copy fires none of the request's httptrace hooks (a
@@ -199,7 +199,7 @@ type TransportOptions struct {
 	//
 	// It is off by default: by default a request is written behind
 	// another only if the other's route class (its method, path shape,
-	// query parameter names and Accept field) last answered bounded and
+	// query parameter names and Accept field) last responded bounded and
 	// quickly on its host, so that nothing waits behind a stream, a long
 	// poll or a download nobody foresaw. net/http's Transport has no
 	// twin: it never pipelines.
@@ -261,7 +261,7 @@ type TransportOptions struct {
 	// families (RFC 8305, Happy Eyeballs v2); an address whose dials or
 	// new connections fail is set aside for a growing interval (1 s,
 	// doubled up to 2 minutes); an address gone from the answer takes no
-	// new request and its connections close once answered. Answers are
+	// new request and its connections close once their requests are responded to. Answers are
 	// kept per host and looked up again every 30 s while the host has a
 	// pool (Go's resolver does not expose TTLs); a request never waits for
 	// a lookup once its host's answer is known, and the dials of one
@@ -662,7 +662,7 @@ type HostStats struct {
 	Open     int // connections established and usable (busy or idle)
 	Dialing  int // connections being dialed
 	Idle     int // established connections with no request in flight
-	InFlight int // requests written or assigned to a connection, not yet answered
+	InFlight int // requests written or assigned to a connection, not yet responded to
 	Queued   int // requests waiting for a connection
 
 	// Retired counts the host's connections that the transport retired,
@@ -748,9 +748,9 @@ type HostModel struct {
 
 	// Routes is the number of route classes the model holds (requests of
 	// the same method, host, path shape, query parameter names and Accept
-	// field; at most 64, the least recently answered forgotten first).
+	// field; at most 64, the least recently responded to forgotten first).
 	// Requests may be written behind a request of a route whose last
-	// answer was bounded and quick; StreamRoutes last answered with a
+	// response was bounded and quick; StreamRoutes last responded with a
 	// stream (server-sent events, a watch, a download too large to read
 	// ahead) and LateRoutes held their connection's head late (a long
 	// poll): requests of those take a connection of their own, as with
@@ -787,13 +787,13 @@ type HostModel struct {
 	Serial      bool
 	ServiceTime time.Duration
 
-	// ConnBudget is the number of requests the host's server answers on
+	// ConnBudget is the number of requests the host's server serves on
 	// one connection before it closes it (nginx's keepalive_requests), as
 	// learned from its closes; 0 if none is known. A connection is given
 	// no more.
 	ConnBudget int
 
-	// Proven reports whether the host answered a pipelined request as only
+	// Proven reports whether the host responded to a pipelined request as only
 	// a server that handles pipelining does; until then one request at a
 	// time is pipelined (the probe, docs/reliability.md).
 	Proven bool
