@@ -1,7 +1,7 @@
 // This file holds one HTTP/1.1 connection (pconn): its FIFO of requests
 // written and whose responses are not yet read in full, its count of
-// responses read in full (answered), whether it takes requests (noWrite), whether it ended
-// (dead) and why (cause), all under pconn.mu; its failing and closing;
+// responses read in full (answered), whether it takes requests
+// (noWrite), whether it ended (dead) and why (cause), all under pconn.mu; its failing and closing;
 // and what it reports to its pool (connEvents). Its writer side
 // (connWriter, conn_write.go), its reader side (connReader, conn_read.go
 // and conn_direct.go), its read deadlines (readDeadline,
@@ -69,7 +69,7 @@ type pconn struct {
 	gaveUp atomic.Bool
 
 	mu       sync.Mutex // guards the fields below up to closeOnce
-	fifo     []*attempt // attempts written and not fully answered, in wire order; nr.pipelined follows it (notePipelinedLocked)
+	fifo     []*attempt // attempts written whose responses are not yet read in full, in wire order; nr.pipelined follows it (notePipelinedLocked)
 	answered int        // responses read in full
 	noWrite  bool       // the connection ends after responses already due
 	// recentBehind is 32 when a request was last written behind others,
@@ -363,10 +363,10 @@ func (c *pconn) abandoned() {
 	c.cutAbandoned()
 }
 
-// cutAbandoned closes c if its oldest request still awaiting its response was abandoned by
-// its caller before its head came (abandoned), sending the requests
-// written behind it again elsewhere: they were pipelined, so safe, and a
-// client sends pipelined requests again when their connection closes
+// cutAbandoned closes c if its oldest request still awaiting its response
+// was abandoned by its caller before its head came (abandoned), sending the
+// requests written behind it again elsewhere: they were pipelined, so safe,
+// and a client sends pipelined requests again when their connection closes
 // before their responses (RFC 9112 §9.3.2). It reports whether it closed c.
 func (c *pconn) cutAbandoned() bool {
 	c.mu.Lock()

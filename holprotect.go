@@ -309,12 +309,12 @@ func (hp *holProtect) probeLost(c *pconn, a *attempt) {
 }
 
 // notePipelineFailure is called when c failed with err while requests
-// awaiting their responses were outstanding on it, the oldest written while nothing was
-// in flight (headIdle) or pipelined, and late (headSlow) or not. Failures
-// with more than one request outstanding, or whose oldest was pipelined
-// (those behind it may have been re-sent from behind it already), count
-// towards the depth fallback (model.Host.NoteFailure); a late
-// head counts only if it was pipelined.
+// awaiting their responses were outstanding on it, the oldest written while
+// nothing was in flight (headIdle) or pipelined, and late (headSlow) or not.
+// Failures with more than one request outstanding, or whose oldest was
+// pipelined (those behind it may have been re-sent from behind it already),
+// count towards the depth fallback (model.Host.NoteFailure); a late head
+// counts only if it was pipelined.
 func (hp *holProtect) notePipelineFailure(err error, unanswered int, headIdle, headSlow bool) {
 	p := hp.pool
 	if unanswered < 2 && headIdle || p.t.depth <= 1 || !isPipelineFailure(err) {

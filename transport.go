@@ -261,10 +261,10 @@ type TransportOptions struct {
 	// families (RFC 8305, Happy Eyeballs v2); an address whose dials or
 	// new connections fail is set aside for a growing interval (1 s,
 	// doubled up to 2 minutes); an address gone from the answer takes no
-	// new request and its connections close once their requests are responded to. Answers are
-	// kept per host and looked up again every 30 s while the host has a
-	// pool (Go's resolver does not expose TTLs); a request never waits for
-	// a lookup once its host's answer is known, and the dials of one
+	// new request and its connections close once their requests are responded
+	// to. Answers are kept per host and looked up again every 30 s while the
+	// host has a pool (Go's resolver does not expose TTLs); a request never
+	// waits for a lookup once its host's answer is known, and the dials of one
 	// moment share one. Nil means net.DefaultResolver. Stats lists each
 	// address (HostStats.Addrs). See docs/connecting.md.
 	Resolver Resolver
