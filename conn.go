@@ -131,13 +131,12 @@ type connEvents interface {
 	// removed: the connection is closed or detached: it leaves the
 	// pool's list at once.
 	removed(c *pconn)
-	// ended: the last event of a connection, once it is marked dead: it
-	// ended with err, with requests still awaiting their responses
-	// written on it after responses read; headIdle: the oldest of them was written on
-	// the connection while nothing was in flight (not pipelined);
-	// headSlow: it had waited past the head-of-line timeout; headCut: its
-	// response had begun to arrive (the connection ended within a response,
-	// not between two).
+	// ended: the last event of a connection, once it is marked dead: it ended
+	// with err, with requests still awaiting their responses written on it
+	// after responses read; headIdle: the oldest of them was written on the
+	// connection while nothing was in flight (not pipelined); headSlow: it had
+	// waited past the head-of-line timeout; headCut: its response had begun to
+	// arrive (the connection ended within a response, not between two).
 	ended(c *pconn, err error, unanswered, answered int, headIdle, headSlow, headCut bool)
 }
 

@@ -1,8 +1,9 @@
 // This file holds a connection's read deadlines (readDeadline), under
-// deadlineMu: the header timer of the oldest request still awaiting its response
-// (ResponseHeaderTimeout, a read deadline), and the watch of a direct
-// read's context, whose cancellation ends the read with a past deadline
-// (startDirect, cancelDirect), kept from one direct read to the next.
+// deadlineMu: the header timer of the oldest request still awaiting its
+// response (ResponseHeaderTimeout, a read deadline), and the watch of a
+// direct read's context, whose cancellation ends the read with a past
+// deadline (startDirect, cancelDirect), kept from one direct read to the
+// next.
 
 package pipelined
 
@@ -40,9 +41,10 @@ type readDeadline struct {
 }
 
 // armHeaderTimeout is called twice per attempt: once when it is fully
-// written and once when it becomes the oldest request still awaiting its response on c. The
-// second call starts the head-of-line timer and, if ResponseHeaderTimeout
-// is set, the header timer, as a read deadline on the connection.
+// written and once when it becomes the oldest request still awaiting its
+// response on c. The second call starts the head-of-line timer and, if
+// ResponseHeaderTimeout is set, the header timer, as a read deadline on the
+// connection.
 func (rdl *readDeadline) armHeaderTimeout(a *attempt) {
 	c := rdl.c
 	if a.arm.Add(1) != 2 {

@@ -165,9 +165,9 @@ func (rr *connReader) readOne(a *attempt, peekErr error, direct bool) error {
 	a.place = c.answered + 1
 	// RFC 9112 §9.3.2: a server responds to pipelined requests in the order
 	// received. gunicorn's gthread worker reads one sent with the request
-	// ahead and then leaves it without a response until more bytes come: a response
-	// to a request sent together with the one ahead, before anything sent
-	// after it, is one such a server does not give (probeLocked).
+	// ahead and then leaves it without a response until more bytes come: a
+	// response to a request sent together with the one ahead, before anything
+	// sent after it, is one such a server does not give (probeLocked).
 	a.proves = a.together && rr.nr.seenWrote <= a.wireEnd.Load()
 	behind, sentAt, headAt := a.behind, a.sentAt, a.headAt
 	c.mu.Unlock()
@@ -488,8 +488,8 @@ func (rr *connReader) hooksAtDone(a *attempt) bool {
 	return o != nil && (o.ConnIdle != nil || o.ConnClosed != nil && c.t.opts.MaxIdleConns > 0)
 }
 
-// popHead removes the head of fifo, its response read, and starts the timers of the
-// next one.
+// popHead removes the head of fifo, its response read, and starts the timers
+// of the next one.
 func (rr *connReader) popHead() {
 	c := rr.c
 	c.mu.Lock()

@@ -226,11 +226,11 @@ type RequestEvent struct {
 	// the connection to itself. Zero before RequestAssigned.
 	InFlight int
 
-	// Pipelined reports whether the attempt was sent behind other requests
-	// of its connection whose responses had not been read. In
-	// RequestAssigned it is InFlight > 1; from RequestWritten on, whether
-	// an earlier request was still awaiting its response when the attempt's first
-	// byte was written. For HTTP/2, whether other streams were open.
+	// Pipelined reports whether the attempt was sent behind other requests of
+	// its connection whose responses had not been read. In RequestAssigned it
+	// is InFlight > 1; from RequestWritten on, whether an earlier request was
+	// still awaiting its response when the attempt's first byte was written.
+	// For HTTP/2, whether other streams were open.
 	Pipelined bool
 
 	// Status is the response's status code, from RequestHeaders on; zero

@@ -132,9 +132,9 @@ func (rep *observerReports) observeAssigned(a *attempt) {
 }
 
 // observeWritten reports that a's request was written; Pipelined says
-// whether an earlier request was still awaiting its response when it was. direct: a's
-// caller holds the read turn (conn_direct.go), and c is held meanwhile
-// (pconn.hooked).
+// whether an earlier request was still awaiting its response when it was.
+// direct: a's caller holds the read turn (conn_direct.go), and c is held
+// meanwhile (pconn.hooked).
 func (c *pconn) observeWritten(a *attempt, direct bool) {
 	if o := c.t.opts.Observer; o != nil && o.RequestWritten != nil {
 		ev := requestEvent(a, time.Now())

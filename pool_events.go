@@ -30,9 +30,8 @@ const quickClose = restWatch + model.LateMin
 
 // quietClosed reports whether a connection that ended with err, with
 // requests still awaiting their responses written on it after responses
-// read, was closed
-// by its server after a number of responses without notice: the number
-// that quietClose counts.
+// read, was closed by its server after a number of responses without notice:
+// the number that quietClose counts.
 //
 // Only a close that came right after a response counts (within quickClose
 // of the connection going idle, idle for): a connection whose server

@@ -352,10 +352,10 @@ type attemptWrite struct {
 	// writeGap is how long after the request ahead of it a pipelined
 	// request joined the fifo, read by the pool (internal/model, serviceOrder).
 	writeGap time.Duration
-	// headAt is when it became the oldest request still awaiting its response on its
-	// connection (written with nothing ahead, or the response ahead read).
-	// Two writers, both under pconn.mu: the writer when a joins the fifo
-	// with nothing ahead, the reader when the response ahead is read
+	// headAt is when it became the oldest request still awaiting its response
+	// on its connection (written with nothing ahead, or the response ahead
+	// read). Two writers, both under pconn.mu: the writer when a joins the
+	// fifo with nothing ahead, the reader when the response ahead is read
 	// (popHead). Read by the reader (readOne).
 	headAt monoTime
 	// wireEnd: for a request written together with the one ahead, the

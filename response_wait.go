@@ -17,16 +17,16 @@ import (
 type responseWait struct {
 	pool *hostPool
 
-	// First response (see model.FirstResponseWait): until the host has responded to a
-	// request on this pool, a pipelineable request is not written behind
-	// another while it could dial; once graceEnd has passed without a
-	// response, it dials as to a serial host.
+	// First response (see model.FirstResponseWait): until the host has
+	// responded to a request on this pool, a pipelineable request is not
+	// written behind another while it could dial; once graceEnd has passed
+	// without a response, it dials as to a serial host.
 	answered   bool
 	graceEnd   time.Time   // zero until the first connection is established
 	graceTimer *time.Timer // dispatches the waiters at graceEnd, or at a burst's wait's end
-	// A burst (see burstWait): a request was given a connection while
-	// the host, having responded before, had nothing in flight, at burstStart,
-	// and no response has come since. burstTimed: graceTimer is set for its end.
+	// A burst (see burstWait): a request was given a connection while the
+	// host, having responded before, had nothing in flight, at burstStart, and
+	// no response has come since. burstTimed: graceTimer is set for its end.
 	burst      bool
 	burstTimed bool
 	burstStart monoTime

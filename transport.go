@@ -134,10 +134,10 @@ type TransportOptions struct {
 	// side closes it, or it is idle for IdleConnTimeout).
 	MaxConnLifetime time.Duration
 
-	// ResponseHeaderTimeout, if non-zero, is how long to wait for a
-	// response's headers once the request has been fully written and is the
-	// oldest request still awaiting its response on its connection. (net/http starts the
-	// timer when the request is written; on a pipelined connection that
+	// ResponseHeaderTimeout, if non-zero, is how long to wait for a response's
+	// headers once the request has been fully written and is the oldest
+	// request still awaiting its response on its connection. (net/http starts
+	// the timer when the request is written; on a pipelined connection that
 	// would count the time spent behind earlier responses.) On expiry the
 	// connection is closed and RoundTrip fails with [ErrResponseHeaderTimeout]
 	// (in a [*ConnError]): a net.Error whose Timeout method reports true,
