@@ -74,7 +74,7 @@ func smallBody(r *request) bool {
 // fifo (enqueue), then the write: inline, held until the look at the
 // socket (writeHeld), or by a goroutine of its own while the response is
 // read (full duplex). Nothing that can refuse the request comes after
-// enqueue but the write itself: a request in the fifo gets its response read.
+// enqueue but the write itself: a request in the fifo gets a response.
 func (wr *connWriter) send(a *attempt) error {
 	c := wr.c
 	r := a.r

@@ -74,11 +74,11 @@
 // OPTIONS, TRACE; RFC 9110 §9.2.1) are written behind requests in flight.
 // Any other request waits for a connection with nothing in flight, and
 // nothing is written behind it until its final response headers arrive.
-// A request that was written but not responded to when its connection failed is
-// retried on another connection only if it is idempotent and replayable
-// (PUT, DELETE and requests carrying an Idempotency-Key or
-// X-Idempotency-Key header too, as with net/http); a non-idempotent request
-// is never sent twice. A copy of a request is sent while its original may
+// A request that was written but not responded to when its connection failed
+// is retried on another connection only if it is idempotent and replayable
+// (PUT, DELETE and requests carrying an Idempotency-Key or X-Idempotency-Key
+// header too, as with net/http); a non-idempotent request is never sent
+// twice. A copy of a request is sent while its original may
 // still run only if the request is safe: the requests pipelined behind a
 // late head are re-sent elsewhere (HeadOfLineTimeout), and with
 // [TransportOptions.HedgeHeadOfLine] the late head itself is copied.

@@ -195,11 +195,10 @@ func (pc *poolConns) becameIdleLocked(c *pconn) (done, wentIdle bool, victims []
 
 // retireSpentLocked retires the connections that were given the host's
 // budget of requests before it was learned, as assignLocked retires those
-// given it since: otherwise an idle one takes a request its server will
-// not respond to (with a budget of 1, every connection that served one
-// response). It
-// returns the idle ones, to be closed once p.mu is released; the others
-// close after their last response.
+// given it since: otherwise an idle one takes a request its server will not
+// respond to (with a budget of 1, every connection that served one
+// response). It returns the idle ones, to be closed once p.mu is released;
+// the others close after their last response.
 func (pc *poolConns) retireSpentLocked() (idle []*pconn) {
 	p := pc.pool
 	for _, c := range p.conns {

@@ -386,9 +386,9 @@ func (p *hostPool) await(a *attempt) result {
 		return a.out
 	case <-done:
 		if a.abandon() {
-			// The connection takes nothing more, and closes once a is its
-			// oldest request still awaiting its response, as net/http closes
-			// it (the response may never come); the requests behind a go elsewhere.
+			// The connection takes nothing more, and closes once a is its oldest
+			// request still awaiting its response, as net/http closes it (the
+			// response may never come); the requests behind a go elsewhere.
 			a.c.abandoned()
 			return result{err: context.Cause(a.r.ctx)}
 		}
