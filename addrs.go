@@ -15,7 +15,7 @@ import (
 // has an address set: the addresses of its answer, each active, or set
 // aside for a while after a failure (ejected); an address that left the
 // answer drains (its connections take no new request and close once
-// answered). A dial goes to the active address with the fewest of the
+// responded to). A dial goes to the active address with the fewest of the
 // host's connections, open or being dialed (ties in turn), and races the
 // others as RFC 8305 (Happy Eyeballs v2) says: a failed attempt goes on to
 // the next address at once, a slow one is joined by the next after
@@ -39,7 +39,7 @@ const (
 	AddrEjected
 
 	// AddrDraining: gone from the host's answer: its connections take no
-	// new request and close once their requests are answered.
+	// new request and close once their requests are responded to.
 	AddrDraining
 )
 
@@ -64,7 +64,7 @@ type AddrStats struct {
 	// otherwise.
 	EjectedUntil time.Time
 	Open         int // HTTP/1.1 connections to it (busy, idle or retiring)
-	InFlight     int // requests on them, not yet answered
+	InFlight     int // requests on them, not yet responded to
 }
 
 // fallbackDelay is how long an attempt to connect runs before the next
@@ -78,11 +78,11 @@ const fallbackDelay = 300 * time.Millisecond
 
 // Ejection: an address whose dial failed (refused, unreachable, timed out,
 // or outrun by an attempt started after it: slower by fallbackDelay at
-// least), or whose connection failed before its first answer, is set aside
+// least), or whose connection failed before its first response, is set aside
 // for ejectBase, doubled at each ejection in a row up to ejectMax, as
 // gRPC's connection backoff (1 s, at most 120 s) and Envoy's outlier
 // ejection (an interval growing with the ejections) do. A connection to
-// it that answers ends the row. Meanwhile the other addresses take the new
+// it that responds ends the row. Meanwhile the other addresses take the new
 // connections; an ejected address is still dialed, last, if none of them
 // connects.
 const (
@@ -182,9 +182,9 @@ func (s *addrSet) failed(ip netip.Addr) {
 	}
 }
 
-// served ends ip's row of ejections: a connection to it answered. (A
+// served ends ip's row of ejections: a connection to it responded. (A
 // dial that succeeds does not: a backend that accepts connections and
-// closes them unanswered is set aside as long as one that refuses them.)
+// closes them without a response is set aside as long as one that refuses them.)
 func (s *addrSet) served(ip netip.Addr) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -430,7 +430,7 @@ func (t *Transport) race(ctx context.Context, s *addrSet, d *dialHandle) (net.Co
 
 // drain retires the connections of hostport's pools (those the Transport
 // dials itself) to the addresses gone: they take no new request and close
-// once answered; idle ones close now.
+// once their requests are responded to; idle ones close now.
 func (t *Transport) drain(hostport string, gone []netip.Addr) {
 	for _, p := range t.poolList() {
 		if p.key.addr == hostport && p.key.proxyScheme == "" {
@@ -454,8 +454,8 @@ func (p *hostPool) drain(gone []netip.Addr) {
 	}
 }
 
-// addrEndLocked tells c's address how c ended: answered (its row of
-// ejections ends), or failed before its first answer (it is ejected: the
+// addrEndLocked tells c's address how c ended: having served a response (its row of
+// ejections ends), or failed before its first response (it is ejected: the
 // address accepts connections and serves nothing). p.mu is held.
 func (p *hostPool) addrEndLocked(c *pconn, err error, unanswered, answered int) {
 	if !c.addr.IsValid() {

@@ -22,10 +22,10 @@ import (
 // buffer.
 //
 // A chunked body may be a stream (server-sent events, a watch) or a
-// bounded answer that its server did not measure first (net/http's server
+// bounded response that its server did not measure first (net/http's server
 // chunks any body over 2 KiB written without a Content-Length, and so do
 // Node's res.write and nginx's gzip). Taken for a stream at its first read
-// from the network, as an open body is, every such answer held its
+// from the network, as an open body is, every such response held its
 // connection while it arrived: nothing was pipelined behind it, and at 16
 // and 64 KiB from a Go server pipelined ran level with net/http, where the
 // same bodies with a Content-Length ran 1.7-1.9 times faster. So a chunked
@@ -34,7 +34,7 @@ import (
 // itself a stream (becomeStream): it grows past maxBufferedBody, or
 // nothing of it arrives for gap (attempt.streamGap, a few round trips:
 // what a bulk transfer's segments never leave between them). Requests go
-// behind it only once the host's chunked answers have proven bounded
+// behind it only once the host's chunked responses have proven bounded
 // (hostPool.tentative); what is behind it when it turns out a stream
 // waits for its end or HeadOfLineTimeout, as behind any stream.
 //
@@ -64,7 +64,7 @@ type bodyStream struct {
 	seen      int64        // got at the verdict timer's last run (its goroutine only)
 	verdict   *time.Timer  // a tentative body's stream verdict (checkStream)
 	// held: the caller has the response (its attempt was not abandoned
-	// before the answer came): a cancellation is the caller leaving it.
+	// before the response came): a cancellation is the caller leaving it.
 	held bool
 
 	mu      sync.Mutex
@@ -217,7 +217,7 @@ func (s *bodyStream) watch() {
 
 // cancelled closes the connection of a body whose request was cancelled
 // before its end (watch). The safe requests pipelined behind it are sent
-// again elsewhere (resendBehind), their answers not yet read; others fail
+// again elsewhere (resendBehind), their responses not yet read; others fail
 // with the connection, sent again only as retry.go allows.
 func (s *bodyStream) cancelled() {
 	s.mu.Lock()
@@ -372,7 +372,7 @@ func (s *bodyStream) stop() {
 // should learn soon that nobody reads it. A request whose caller had its
 // response and cancelled it gives its connection up at once, as with
 // net/http (its watch, bodyStream.watch, may not have run yet); so does
-// one abandoned before its answer came, with nothing behind it (with
+// one abandoned before its response came, with nothing behind it (with
 // requests behind, the rest is read for their sake): a server that stalls
 // mid-body would otherwise hold the connection, and its reader, for ever.
 type earlyClose struct {

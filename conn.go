@@ -1,7 +1,7 @@
 // This file holds one HTTP/1.1 connection (pconn): its FIFO of requests
-// written and not yet fully answered, its count of responses read in full
-// (answered), whether it takes requests (noWrite), whether it ended
-// (dead) and why (cause), all under pconn.mu; its failing and closing;
+// written and whose responses are not yet read in full, its count of
+// responses read in full (answered), whether it takes requests
+// (noWrite), whether it ended (dead) and why (cause), all under pconn.mu; its failing and closing;
 // and what it reports to its pool (connEvents). Its writer side
 // (connWriter, conn_write.go), its reader side (connReader, conn_read.go
 // and conn_direct.go), its read deadlines (readDeadline,
@@ -61,15 +61,15 @@ type pconn struct {
 	readDeadline // the read deadlines, under deadlineMu (conn_deadline.go)
 
 	// placed mirrors the pool's count of requests placed on c and not yet
-	// answered (sched.inflight), stored under hostPool.mu: more than fifo
+	// responded to (sched.inflight), stored under hostPool.mu: more than fifo
 	// holds means a writer is on its way (pipelining).
 	placed atomic.Int32
-	// gaveUp: a caller gave up an attempt on c before its answer's head
+	// gaveUp: a caller gave up an attempt on c before its response's head
 	// (abandoned); set once, as c then ends.
 	gaveUp atomic.Bool
 
 	mu       sync.Mutex // guards the fields below up to closeOnce
-	fifo     []*attempt // attempts written and not fully answered, in wire order; nr.pipelined follows it (notePipelinedLocked)
+	fifo     []*attempt // attempts written whose responses are not yet read in full, in wire order; nr.pipelined follows it (notePipelinedLocked)
 	answered int        // responses read in full
 	noWrite  bool       // the connection ends after responses already due
 	// recentBehind is 32 when a request was last written behind others,
@@ -80,8 +80,8 @@ type pconn struct {
 	dead         bool
 	cause        error // the first fail's error: why the connection ends
 
-	// headCut: the head of fifo failed once bytes of its answer had come
-	// (readOne), so that the connection ended within an answer, not
+	// headCut: the head of fifo failed once bytes of its response had come
+	// (readOne), so that the connection ended within a response, not
 	// between two (hostPool.ended, quietClosed). Set by the holder of the
 	// read turn, read by fail.
 	headCut atomic.Bool
@@ -131,13 +131,12 @@ type connEvents interface {
 	// removed: the connection is closed or detached: it leaves the
 	// pool's list at once.
 	removed(c *pconn)
-	// ended: the last event of a connection, once it is marked dead: it
-	// ended with err, with unanswered requests written on it after
-	// answered responses; headIdle: the oldest of them was written on
-	// the connection while nothing was in flight (not pipelined);
-	// headSlow: it had waited past the head-of-line timeout; headCut: its
-	// answer had begun to arrive (the connection ended within an answer,
-	// not between two).
+	// ended: the last event of a connection, once it is marked dead: it ended
+	// with err, with requests still awaiting their responses written on it
+	// after responses read; headIdle: the oldest of them was written on the
+	// connection while nothing was in flight (not pipelined); headSlow: it had
+	// waited past the head-of-line timeout; headCut: its response had begun to
+	// arrive (the connection ended within a response, not between two).
 	ended(c *pconn, err error, unanswered, answered int, headIdle, headSlow, headCut bool)
 }
 
@@ -194,12 +193,12 @@ func (c *pconn) notePipelinedLocked() {
 
 // enqueue appends a to c's fifo before the first byte of its request is
 // written (RFC 9112 §9.2: responses come in the order of the requests),
-// wakes a resting reader goroutine if a's caller does not read the answer
+// wakes a resting reader goroutine if a's caller does not read the response
 // itself (direct), and starts the timers a's place calls for: a's header
 // timer if it is the head, the head-of-line timer of the head it is the
 // first behind. It reports false, with a not queued, if c takes no more
 // requests, or if the last request written on c may not be followed
-// (followable) and has had no answer: a was placed before that request and
+// (followable) and has had no response: a was placed before that request and
 // came to the write token after it, and goes elsewhere. The caller holds
 // the write token.
 func (c *pconn) enqueue(a *attempt, direct bool) bool {
@@ -215,7 +214,7 @@ func (c *pconn) enqueue(a *attempt, direct bool) bool {
 		first = c.fifo[0]
 	}
 	// A request its caller does not read (conn_direct.go) wakes a resting
-	// reader goroutine: its answer is the reader's to read.
+	// reader goroutine: its response is the reader's to read.
 	wakeReader := !direct && c.rd.Load() == rdFree
 	if wakeReader {
 		c.rd.Store(rdReader)
@@ -233,8 +232,8 @@ func (c *pconn) enqueue(a *attempt, direct bool) bool {
 }
 
 // followable reports whether requests may be written behind a before its
-// answer, as the pool places them (assignLocked): a pipelineable request
-// neither alone nor of a route not known to answer bounded and quickly
+// response, as the pool places them (assignLocked): a pipelineable request
+// neither alone nor of a route not known to respond bounded and quickly
 // (internal/model). Requests go out in the order they take the write token, not
 // that of their places: one placed before a restarted watch, its route
 // unseen, but written after it, waited behind the watch until
@@ -245,7 +244,7 @@ func followable(a *attempt) bool {
 
 // joinLocked records what a's place on c tells the pool and the reader
 // (the bytes handed to c before it, whether it is pipelined, the timing
-// of its write for the order of answers, when it became the head), and
+// of its write for the order of responses, when it became the head), and
 // appends a to the fifo. c.mu is held, and the write token: bw is still.
 func (c *pconn) joinLocked(a *attempt) {
 	a.wireOff = c.wc.written() + int64(c.bw.Buffered())
@@ -261,7 +260,7 @@ func (c *pconn) joinLocked(a *attempt) {
 	}
 	now := monoNow()
 	if a.behind {
-		// Sample the order of answers (internal/model, serviceOrder).
+		// Sample the order of responses (internal/model, serviceOrder).
 		a.sentAt = now // under mu: the reader reads it
 		a.writeGap = time.Duration(now - c.lastSent)
 	}
@@ -271,7 +270,7 @@ func (c *pconn) joinLocked(a *attempt) {
 	if len(c.fifo) == 1 && a.r.pipelineable {
 		// Only a request others may be written behind says what they
 		// would wait for (hostPool.heads): a POST's wait holds its
-		// upload, and nothing follows it before its answer anyway. A
+		// upload, and nothing follows it before its response anyway. A
 		// request behind another is pipelineable, and gets its headAt
 		// when it becomes the head (popHead).
 		a.headAt = now
@@ -326,8 +325,8 @@ func (c *pconn) peerEnded() {
 }
 
 // dropIfUnwanted closes c if the response it waits for is wanted by
-// nobody: every unanswered request on it was abandoned by its caller or
-// moved to another connection. Waiting for such an answer would hold a
+// nobody: every request on it still awaiting its response was abandoned by its caller or
+// moved to another connection. Waiting for such a response would hold a
 // connection, perhaps forever (a long poll the caller cancelled), for
 // nothing.
 func (c *pconn) dropIfUnwanted() {
@@ -348,13 +347,13 @@ func (c *pconn) dropIfUnwanted() {
 var errUnwanted = errors.New("pipelined: no request waits for the pending response")
 
 // abandoned is called once the caller of a, an attempt on c, gave it up
-// before its answer's head came. As net/http closes a connection whose
-// request was cancelled before its answer, c takes nothing new (what was
+// before its response's head came. As net/http closes a connection whose
+// request was cancelled before its response, c takes nothing new (what was
 // placed on it and not yet written goes elsewhere), and it closes once a
-// is its oldest unanswered request (cutAbandoned): a request written
-// behind a would wait out a's whole answer, which nobody reads, and a
-// request placed behind it later too. Held until that answer came, 1 request
-// in 20 with a 10 ms deadline to a route answering in 30 ms cost the other
+// is its oldest request still awaiting its response (cutAbandoned): a request written
+// behind a would wait out a's whole response, which nobody reads, and a
+// request placed behind it later too. Held until that response came, 1 request
+// in 20 with a 10 ms deadline to a route responding in 30 ms cost the other
 // callers more than half their requests against net/http's.
 func (c *pconn) abandoned() {
 	c.gaveUp.Store(true)
@@ -363,11 +362,11 @@ func (c *pconn) abandoned() {
 	c.cutAbandoned()
 }
 
-// cutAbandoned closes c if its oldest unanswered request was abandoned by
-// its caller before its head came (abandoned), sending the requests
-// written behind it again elsewhere: they were pipelined, so safe, and a
-// client sends pipelined requests again when their connection closes
-// before their answers (RFC 9112 §9.3.2). It reports whether it closed c.
+// cutAbandoned closes c if its oldest request still awaiting its response
+// was abandoned by its caller before its head came (abandoned), sending the
+// requests written behind it again elsewhere: they were pipelined, so safe,
+// and a client sends pipelined requests again when their connection closes
+// before their responses (RFC 9112 §9.3.2). It reports whether it closed c.
 func (c *pconn) cutAbandoned() bool {
 	c.mu.Lock()
 	cut := !c.dead && len(c.fifo) > 0 && !c.fifo[0].headersRead && c.fifo[0].state.Load() == attemptAbandoned
@@ -385,7 +384,7 @@ func (c *pconn) cutAbandoned() bool {
 // announced that it processes nothing after the head (RFC 9112 §9.6).
 // Otherwise only those that may run twice (mayDuplicate): their originals
 // stay in fifo and may still be executed by the server; their late
-// answers are read and discarded.
+// responses are read and discarded.
 func (c *pconn) resendBehind(all bool) {
 	c.mu.Lock()
 	var behind []*attempt
@@ -450,7 +449,7 @@ func (c *pconn) fail(err error) {
 		return
 	}
 	c.dead = true
-	// headersRead is guarded by c.mu: pick the unanswered attempts here.
+	// headersRead is guarded by c.mu: pick the attempts still awaiting their responses here.
 	var unanswered []*attempt
 	headUnanswered := false
 	for i, a := range c.fifo {
@@ -510,7 +509,7 @@ func (c *pconn) detach() {
 }
 
 // isFinalError reports whether a request whose response failed with err
-// must not be retried: the server answered, badly or too slowly.
+// must not be retried: the server responded, badly or too slowly.
 func isFinalError(err error) bool {
 	var fe *FramingError
 	var he *h1.HeaderTooLargeError

@@ -1,8 +1,9 @@
 // This file holds a connection's read deadlines (readDeadline), under
-// deadlineMu: the header timer of the oldest unanswered request
-// (ResponseHeaderTimeout, a read deadline), and the watch of a direct
-// read's context, whose cancellation ends the read with a past deadline
-// (startDirect, cancelDirect), kept from one direct read to the next.
+// deadlineMu: the header timer of the oldest request still awaiting its
+// response (ResponseHeaderTimeout, a read deadline), and the watch of a
+// direct read's context, whose cancellation ends the read with a past
+// deadline (startDirect, cancelDirect), kept from one direct read to the
+// next.
 
 package pipelined
 
@@ -40,9 +41,10 @@ type readDeadline struct {
 }
 
 // armHeaderTimeout is called twice per attempt: once when it is fully
-// written and once when it becomes the oldest unanswered request on c. The
-// second call starts the head-of-line timer and, if ResponseHeaderTimeout
-// is set, the header timer, as a read deadline on the connection.
+// written and once when it becomes the oldest request still awaiting its
+// response on c. The second call starts the head-of-line timer and, if
+// ResponseHeaderTimeout is set, the header timer, as a read deadline on the
+// connection.
 func (rdl *readDeadline) armHeaderTimeout(a *attempt) {
 	c := rdl.c
 	if a.arm.Add(1) != 2 {
@@ -84,7 +86,7 @@ func (rdl *readDeadline) disarm(a *attempt) bool {
 }
 
 // startDirect starts the direct read of a: from here, a cancellation of
-// a's context interrupts the wait for its answer (cancelDirect).
+// a's context interrupts the wait for its response (cancelDirect).
 //
 // The context is watched with context.AfterFunc, which registers with the
 // context's parent: under a lock the parent shares with every request

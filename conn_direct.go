@@ -9,7 +9,7 @@
 // processor that was started for it, and every request crosses CPUs. So a
 // connection with nothing in flight and no recent pipelining rests: its
 // reader goroutine waits on a channel, not on the socket, and the caller
-// that writes the next request on it reads its own answer, as
+// that writes the next request on it reads its own response, as
 // fasthttp.HostClient's callers do (a direct read).
 //
 // What the reader goroutine watching gave, a direct read keeps:
@@ -32,12 +32,12 @@
 //     goroutine: the direct reader hands the turn back when it is done
 //     (handBack), and so does a caller whose body is not in the buffer
 //     (the reader goroutine reads it, c.pending) or whose context is
-//     cancelled before the answer's first byte.
+//     cancelled before the response's first byte.
 //
 // rd changes under c.mu, only where the turn passes (it is read without
 // the lock only as a hint); the fifo appends that decide it happen under
 // the same lock, so a request is never left with nobody to read its
-// answer. The holder of the turn alone reads br, prevEnd, directing's
+// response. The holder of the turn alone reads br, prevEnd, directing's
 // attempt and directWatched. Its methods are the reader side's
 // (connReader).
 
@@ -61,14 +61,14 @@ type readTurn = uint32
 const (
 	rdReader readTurn = iota // the reader goroutine (reading, or watching an idle connection)
 	rdFree                   // nobody: the reader goroutine rests; a caller may claim it
-	rdDirect                 // a caller reading its own answer
+	rdDirect                 // a caller reading its own response
 	rdGone                   // the connection was upgraded: the reader goroutine leaves
 )
 
 // restWatch is how long a connection rests before its reader goroutine
 // watches it again. Requests that come faster find it quiet and read
-// their own answers; one that comes later finds it watched, and its
-// answer is handed over as before. It is far below the idle timeouts of
+// their own responses; one that comes later finds it watched, and its
+// response is handed over as before. It is far below the idle timeouts of
 // servers (seconds: nginx 75 s, Node and Apache 5 s), so that what a
 // server sends when it closes an idle connection (a FIN, Apache's 408) is
 // seen by a watching reader, as before, and a closed socket is not kept
@@ -170,7 +170,7 @@ func (rr *connReader) armRest() {
 }
 
 // claimDirect gives a's caller the read turn if the connection rests, has
-// nothing in flight and a may read its own answer. The caller holds the
+// nothing in flight and a may read its own response. The caller holds the
 // write token, so nothing joins fifo meanwhile. The connection must then
 // be found quiet before a is written on it.
 func (rr *connReader) claimDirect(a *attempt) bool {
@@ -214,7 +214,7 @@ func (rr *connReader) quietBuffered() bool {
 }
 
 // socketTells reports whether bytes on c's socket, with nothing in flight,
-// mean that the server spoke (an end of stream, an answer to nothing): not
+// mean that the server spoke (an end of stream, a response to nothing): not
 // on a TLS connection that has read no response yet. RFC 8446 §4.6.1: a
 // TLS 1.3 server may send NewSessionTicket messages after the handshake
 // (OpenSSL's come once the client's Finished has arrived, after Go's
@@ -279,10 +279,10 @@ func (rr *connReader) wakeReader() {
 	}
 }
 
-// readDirect reads the answer to a, written alone on c, in its caller's
+// readDirect reads the response to a, written alone on c, in its caller's
 // goroutine, and delivers it to a as the reader goroutine would. A
-// cancellation of a's context before the first byte of the answer hands
-// the turn back (the reader goroutine reads and discards the answer, or
+// cancellation of a's context before the first byte of the response hands
+// the turn back (the reader goroutine reads and discards the response, or
 // await closes the connection if nobody waits for it); one later closes
 // the connection, as the reader goroutine's context watch does for a
 // stream.
@@ -328,11 +328,11 @@ func (rr *connReader) readDirect(a *attempt) {
 }
 
 // directDone ends the direct read of a once its response is read in full
-// and the connection is kept, from finishResponse: after the answer left
+// and the connection is kept, from finishResponse: after the response left
 // fifo and before the pool, told that the connection is free, hands it to
-// a waiter, so that the waiter finds it resting and reads its own answer
+// a waiter, so that the waiter finds it resting and reads its own response
 // too (a queue of POSTs), instead of finding it still held and leaving its
-// answer to the reader goroutine. It does nothing for the reader
+// response to the reader goroutine. It does nothing for the reader
 // goroutine's responses. It reports whether it passed the turn on.
 func (rr *connReader) directDone(a *attempt) bool {
 	c := rr.c

@@ -51,7 +51,7 @@ type connReader struct {
 	wake    chan struct{} // capacity 1: rd may have changed
 	restT   *time.Timer   // ends a rest: the reader watches the connection
 	// canDirect: the connection can be checked for bytes without reading
-	// them (quiet), so a caller may read its own answer. Set once.
+	// them (quiet), so a caller may read its own response. Set once.
 	canDirect bool
 	peek      *socket.Peeker // looks at the socket (quiet); the read turn's. Set with canDirect
 	// readsNow: a direct reader may read a body from the socket itself
@@ -60,7 +60,7 @@ type connReader struct {
 	// counts or traces its reads). Set with peek.
 	readsNow bool
 
-	// directing is the attempt whose caller reads its own answer, until
+	// directing is the attempt whose caller reads its own response, until
 	// the turn passes on; directWatched says that its context is watched
 	// (directA is set). Both belong to the holder of the read turn
 	// (directing is atomic so that the end of a direct read is taken
@@ -91,7 +91,7 @@ func (rr *connReader) readResponses() error {
 	held := false // the reader holds the read turn (conn_direct.go)
 	for {
 		// The read turn (conn_direct.go): a connection with nothing in flight
-		// rests, and its next request's caller may read the answer itself.
+		// rests, and its next request's caller may read the response itself.
 		// A reader that holds the turn with bytes buffered reads on: the
 		// pipeline's common case, with no lock taken.
 		var p *pendingBody
@@ -157,17 +157,17 @@ func (rr *connReader) readOne(a *attempt, peekErr error, direct bool) error {
 		if armed && isTimeout(err) {
 			return ErrResponseHeaderTimeout
 		}
-		c.headCut.Store(true) // bytes of the answer came: an end now cuts it
+		c.headCut.Store(true) // bytes of the response came: an end now cuts it
 		return err
 	}
 	c.mu.Lock()
 	a.headersRead = true
 	a.place = c.answered + 1
-	// RFC 9112 §9.3.2: a server answers pipelined requests in the order
+	// RFC 9112 §9.3.2: a server responds to pipelined requests in the order
 	// received. gunicorn's gthread worker reads one sent with the request
-	// ahead and then leaves it, unanswered until more bytes come: an answer
-	// to a request sent together with the one ahead, before anything sent
-	// after it, is one such a server does not give (probeLocked).
+	// ahead and then leaves it without a response until more bytes come: a
+	// response to a request sent together with the one ahead, before anything
+	// sent after it, is one such a server does not give (probeLocked).
 	a.proves = a.together && rr.nr.seenWrote <= a.wireEnd.Load()
 	behind, sentAt, headAt := a.behind, a.sentAt, a.headAt
 	c.mu.Unlock()
@@ -188,7 +188,7 @@ func (rr *connReader) readOne(a *attempt, peekErr error, direct bool) error {
 	a.finalContinue(resp)
 	// RFC 9110 §15.2.2: a 101 names the protocol it switches to
 	// (Upgrade). One that names none, or no Connection: upgrade, switches
-	// to nothing anyone could read: as with net/http, it is the answer,
+	// to nothing anyone could read: as with net/http, it is the response,
 	// without a body, and the connection ends with it.
 	switched := resp.StatusCode == http.StatusSwitchingProtocols && h1.IsProtocolSwitch(resp.Header)
 	closing := resp.Close || a.r.closeAfter || resp.StatusCode == http.StatusSwitchingProtocols && !switched
@@ -281,7 +281,7 @@ func (rr *connReader) readBody(a *attempt, resp *http.Response, f h1.Framing, cl
 // arrived, without waiting: what br holds, then what the socket holds
 // (socket.Peeker.ReadNow). A direct reader that read the head only, with 4 KiB
 // of br, handed even a 4 KiB body to the reader goroutine, a goroutine's
-// wake-up and hand-over per answer (24.6 µs of CPU per 4 KiB GET at P=5,
+// wake-up and hand-over per response (24.6 µs of CPU per 4 KiB GET at P=5,
 // against 18.7 at 128 B). It returns the body's buffer and the bytes in
 // it.
 func (rr *connReader) readNow(size int) (*[]byte, int) {
@@ -307,8 +307,8 @@ func (rr *connReader) readBodyFrom(a *attempt, resp *http.Response, f h1.Framing
 	c := rr.c
 	s, size := rr.bodyFraming(a, resp, f, n)
 	open, tentative, cr := s.open, s.tentative, s.cr
-	// A tentative body may be a stream: the pool counts it as an answer
-	// at its end, unless the host's chunked answers proved bounded
+	// A tentative body may be a stream: the pool counts it as a response
+	// at its end, unless the host's chunked responses proved bounded
 	// (gotHeaders, answerLocked).
 	c.ev.gotHeaders(c, a, closing, !open && !tentative)
 	if got == nil {
@@ -399,9 +399,9 @@ func (rr *connReader) bodyFraming(a *attempt, resp *http.Response, f h1.Framing,
 		cr.Raw = &rr.nr
 		src = cr
 		if ct := resp.Header["Content-Type"]; a.toStream || len(ct) > 0 && isEventStream(ct[0]) {
-			// Server-sent events, or an answer on a path whose answers
+			// Server-sent events, or a response on a path whose responses
 			// were streams of events: open, a stream from its head, which
-			// says nothing of the host's other chunked answers.
+			// says nothing of the host's other chunked responses.
 			a.events = true
 			break
 		}
@@ -445,7 +445,7 @@ func (rr *connReader) drain(lr *io.LimitedReader, cr *h1.ChunkedReader) error {
 
 // finishResponse records that a's response has been read from the
 // connection in full, before its caller can see the end of it. If a's
-// request body is still being written (the server answered early), the
+// request body is still being written (the server responded early), the
 // connection is kept only if the write ends within 50 ms, as with
 // net/http's maxWriteWaitBeforeConnReuse.
 func (rr *connReader) finishResponse(a *attempt, closing, headers bool) {
@@ -488,8 +488,8 @@ func (rr *connReader) hooksAtDone(a *attempt) bool {
 	return o != nil && (o.ConnIdle != nil || o.ConnClosed != nil && c.t.opts.MaxIdleConns > 0)
 }
 
-// popHead removes the answered head of fifo and starts the timers of the
-// next one.
+// popHead removes the head of fifo, its response read, and starts the timers
+// of the next one.
 func (rr *connReader) popHead() {
 	c := rr.c
 	c.mu.Lock()
@@ -577,10 +577,10 @@ type netReader struct {
 	onRead func()
 	// ack, if set, acknowledges at once what the socket has received
 	// (socket.AckNow); set once, with the connection. ackT runs it when a
-	// read waits longer than ackStall while answers are still due.
+	// read waits longer than ackStall while responses are still due.
 	ack  *socket.Peeker
 	ackT *time.Timer
-	// pipelined: an answer due on the connection was asked for behind
+	// pipelined: a response due on the connection was asked for behind
 	// another (the first of fifo was written behind one, or fifo holds
 	// more than one). Stored under pconn.mu with each change of fifo
 	// (notePipelinedLocked); read here without it, as a hint.
@@ -591,7 +591,7 @@ type netReader struct {
 	unacked atomic.Bool
 	// wrote is the connection's wireCounter.n; seenWrote, what it held
 	// when the last read from the network returned bytes: what had been
-	// written before the bytes being parsed came (an answer that counts
+	// written before the bytes being parsed came (a response that counts
 	// as a pipelining proof, attempt.proves). Only the goroutine that
 	// holds the read turn touches seenWrote.
 	wrote     *atomic.Int64
@@ -609,7 +609,7 @@ func (r *netReader) Unread(b []byte) {
 	r.pending = r.pbuf
 }
 
-// ackStall is how long a read waits, with answers still due, before the
+// ackStall is how long a read waits, with responses still due, before the
 // connection acknowledges what it has received.
 //
 // A server that writes without TCP_NODELAY holds a small response until
@@ -617,12 +617,12 @@ func (r *netReader) Unread(b []byte) {
 // §4.2.3.4), and a client acknowledges late when it has nothing to send
 // (delayed ACKs, RFC 1122 §4.2.3.2: 40 ms on Linux). net/http's next
 // request carries the ACK; a pipelined request was sent already, so each
-// answer behind a small one would wait out the client's timer (Puma).
+// response behind a small one would wait out the client's timer (Puma).
 // Acknowledging after every read would cost a system call and a packet
 // per read under load, when the requests written carry the ACKs; a wait
 // this long is where a stall shows, and only a wait after bytes came
 // with nothing written since can be one (netReader.unacked). At 1 ms the
-// timer fired for most answers of a server that takes a millisecond (0.3
+// timer fired for most responses of a server that takes a millisecond (0.3
 // to 0.5 per request, a goroutine and a system call each); at 2 ms, for
 // 1 in 50 to 1 in 150, and a stall costs Puma's mixed load 1-2%. The
 // timer asks for the ACK even if the connection wrote since it was armed:

@@ -70,11 +70,11 @@ func smallBody(r *request) bool {
 // refused it); otherwise the outcome is delivered to a (attempt.deliver).
 //
 // In order: the write token (takeWriteToken), the body and the head
-// (prepareHead), who reads the answer (claimReader), a's place in the
+// (prepareHead), who reads the response (claimReader), a's place in the
 // fifo (enqueue), then the write: inline, held until the look at the
-// socket (writeHeld), or by a goroutine of its own while the answer is
+// socket (writeHeld), or by a goroutine of its own while the response is
 // read (full duplex). Nothing that can refuse the request comes after
-// enqueue but the write itself: a request in the fifo is answered.
+// enqueue but the write itself: a request in the fifo gets a response.
 func (wr *connWriter) send(a *attempt) error {
 	c := wr.c
 	r := a.r
@@ -145,18 +145,18 @@ func inlineBody(r *request, body io.ReadCloser) bool {
 	return body == nil || r.req.GetBody != nil && r.req.ContentLength > 0 && r.req.ContentLength <= maxInlineBody
 }
 
-// claimReader decides who reads the answer to a's request: its caller
+// claimReader decides who reads the response to a's request: its caller
 // (direct, conn_direct.go) or c's reader goroutine; and whether the request is
 // held until the look at the socket (held, writeHeld). A caller about to
-// read its own answer first checks that nothing came while c rested: if
-// something did (a close, or an answer to nothing), c takes nothing more,
+// read its own response first checks that nothing came while c rested: if
+// something did (a close, or a response to nothing), c takes nothing more,
 // so that a is not written (enqueue), and the reader goroutine reads what
 // came and ends the connection. The caller holds the write token.
 func (wr *connWriter) claimReader(a *attempt, body io.ReadCloser, inline bool) (direct, held bool) {
 	c := wr.c
 	direct = inline && c.claimDirect(a)
 	// A direct request written in one pass with the look at the socket
-	// and the wait for its answer (writeHeld) is looked at there; here,
+	// and the wait for its response (writeHeld) is looked at there; here,
 	// only what is already read is.
 	tells := direct && c.socketTells()
 	held = tells && wr.mayHold(a, body)
@@ -167,7 +167,7 @@ func (wr *connWriter) claimReader(a *attempt, body io.ReadCloser, inline bool) (
 			spoke = true
 		case tells && !c.peek.SocketQuiet():
 			spoke = true
-			c.peerEnded() // at the socket: a close, or an answer to nothing
+			c.peerEnded() // at the socket: a close, or a response to nothing
 		}
 	}
 	if spoke {
@@ -200,7 +200,7 @@ func (wr *connWriter) giveBack(r *request, body io.ReadCloser, direct bool) {
 }
 
 // write writes a's request, holding the write token, and releases it.
-// direct: a's caller holds the read turn (conn_direct.go), to read the answer
+// direct: a's caller holds the read turn (conn_direct.go), to read the response
 // once the request is written.
 func (wr *connWriter) write(a *attempt, h h1.Head, body io.ReadCloser, direct bool) {
 	c := wr.c
@@ -258,7 +258,7 @@ func (wr *connWriter) watchWrite(r *request, body io.ReadCloser) (stop func() bo
 		// it by the context's deadline rather than watch the context,
 		// which costs more than the write (an AfterFunc registers with
 		// the parent). A cancellation meanwhile is seen by await,
-		// which closes the connection if nobody wants its answer.
+		// which closes the connection if nobody wants its response.
 		c.conn.SetWriteDeadline(dl)
 		return noStop, nil, true
 	}
@@ -268,7 +268,7 @@ func (wr *connWriter) watchWrite(r *request, body io.ReadCloser) (stop func() bo
 // stopWriteWatch stops watchWrite's watch (stop; cancelled is not nil
 // where stop can report false). A cancellation that came while a write
 // went through anyway leaves no past deadline behind: the request is
-// written, and its answer is read.
+// written, and its response is read.
 func (wr *connWriter) stopWriteWatch(stop func() bool, cancelled *bool, werr error) {
 	c := wr.c
 	if !stop() {
@@ -451,7 +451,7 @@ func (wr *connWriter) takeWriteToken(ctx context.Context) error {
 // wireCounter is the connection as bw sees it: it counts the bytes handed
 // to the connection, so that whether a request may have reached the server
 // is known (net/http's persistConn.nwrite). mu is held during each Write:
-// the server may answer (or close) before Write returns, so a reader that
+// the server may respond (or close) before Write returns, so a reader that
 // must know the count (fail) closes the connection, which ends any Write,
 // and then takes mu (written).
 type wireCounter struct {

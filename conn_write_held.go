@@ -1,5 +1,5 @@
 // This file holds the held write of a direct read (writeHeld): a request
-// its caller will read the answer to, held in the connection's
+// its caller will read the response to, held in the connection's
 // bufio.Writer (and in wireCounter past its size) until the look at the
 // socket, then written and waited for in one pass. Its methods are the
 // writer side's (connWriter): they run holding the write token, which
@@ -21,7 +21,7 @@ import (
 // (httptrace's WroteHeaderField, WroteHeaders and WroteRequest would fire
 // as it is written into the buffer, before the look, and so for a request
 // that the look may then keep from the socket; Observer.RequestWritten
-// would fire only once the answer had come).
+// would fire only once the response had come).
 func (wr *connWriter) mayHold(a *attempt, body io.ReadCloser) bool {
 	c := wr.c
 	r := a.r
@@ -36,8 +36,8 @@ func (wr *connWriter) mayHold(a *attempt, body io.ReadCloser) bool {
 }
 
 // writeHeld writes a's request, claimed for a direct read, in one pass
-// with the look at the socket (quiet) and the wait for the answer. A read
-// right after writing a request seldom finds its answer there: it finds
+// with the look at the socket (quiet) and the wait for the response. A read
+// right after writing a request seldom finds its response there: it finds
 // the socket empty, and only then waits for it. Go's poller forgets a
 // socket's readiness when a wait is prepared (runtime's pollReset), which
 // is why a read cannot wait without trying first; so the look, which must
@@ -86,7 +86,7 @@ func (wr *connWriter) writeHeld(a *attempt, h *h1.Head, body io.ReadCloser) erro
 		wr.writeFailed(a, werr, nil)
 	default:
 		// Written: flushHeld released the write token, so that requests
-		// may be written behind a while it waits (their answers are the
+		// may be written behind a while it waits (their responses are the
 		// reader goroutine's, handBack).
 		a.written.Store(true)
 	}
@@ -96,7 +96,7 @@ func (wr *connWriter) writeHeld(a *attempt, h *h1.Head, body io.ReadCloser) erro
 
 // flushHeld ends writeHeld's hold and flushes the request, from within
 // the look (socket.Peeker.LookWrite). Once it is written, the write token is
-// released before the wait for the answer.
+// released before the wait for the response.
 func (wr *connWriter) flushHeld() error {
 	err := wr.wc.release(true)
 	if err == nil {

@@ -212,7 +212,7 @@ var defaultDialer = &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.
 // connectTimeout bounds a CONNECT exchange with a proxy, as in net/http.
 const connectTimeout = time.Minute
 
-// A ProxyConnectError reports that an HTTP proxy answered a CONNECT request
+// A ProxyConnectError reports that an HTTP proxy responded to a CONNECT request
 // with a status other than 200. The request that needed the tunnel fails
 // with it; net/http reports the same case with an error whose text is the
 // status text alone.

@@ -24,8 +24,8 @@
 // carries several requests per connection, so the same number of
 // connections serves more requests, with fewer dials, system calls and
 // goroutine hand-offs per request. Where requests cannot gain from it
-// (one caller at a time, POSTs, a host that answers over HTTP/2, a server
-// that runs a connection's requests one at a time with slow answers) the
+// (one caller at a time, POSTs, a host that responds over HTTP/2, a server
+// that runs a connection's requests one at a time with slow responses) the
 // Transport uses connections as net/http does. It does not help against a
 // server that mishandles pipelining (it falls back to one request per
 // connection, see below) or one that speaks HTTP/2 anyway.
@@ -43,21 +43,21 @@
 // to [TransportOptions.PipelineDepth] (4) on them; every other request
 // dials up to MaxConnsPerHost, as with net/http. A connection older than
 // [TransportOptions.MaxConnLifetime] (5 minutes) takes no new request and
-// closes once it has answered what it carries, its replacement dialed
+// closes once it has served what it carries, its replacement dialed
 // first: behind a layer-4 load balancer, which places connections, not
 // requests, backends added later get their share.
 //
 // # What it learns
 //
-// Each host is judged from its answers. A request is written behind
+// Each host is judged from its responses. A request is written behind
 // another only if the other's route class (its method, path shape with
 // identifiers folded, query parameter names and Accept field) last
-// answered bounded and quickly on that host: nothing waits behind a class
-// not seen there yet, nor behind one whose last answer was a stream or held
+// responded bounded and quickly on that host: nothing waits behind a class
+// not seen there yet, nor behind one whose last response was a stream or held
 // its connection's head late (a long poll). A class known to stream or to
 // be late is written behind nothing either (it takes a connection of its
 // own, as with net/http) and is never copied. The host's pool also learns what its connections show: how many
-// requests the server answers per connection, when it announces it will
+// requests the server serves per connection, when it announces it will
 // close one (Keep-Alive: timeout=, max=), whether pipelining gains anything
 // there, and, when connections keep failing with pipelined requests
 // outstanding, to fall back to one request per connection for a while (30
@@ -74,11 +74,11 @@
 // OPTIONS, TRACE; RFC 9110 §9.2.1) are written behind requests in flight.
 // Any other request waits for a connection with nothing in flight, and
 // nothing is written behind it until its final response headers arrive.
-// A request that was written but not answered when its connection failed is
-// retried on another connection only if it is idempotent and replayable
-// (PUT, DELETE and requests carrying an Idempotency-Key or
-// X-Idempotency-Key header too, as with net/http); a non-idempotent request
-// is never sent twice. A copy of a request is sent while its original may
+// A request that was written but not responded to when its connection failed
+// is retried on another connection only if it is idempotent and replayable
+// (PUT, DELETE and requests carrying an Idempotency-Key or X-Idempotency-Key
+// header too, as with net/http); a non-idempotent request is never sent
+// twice. A copy of a request is sent while its original may
 // still run only if the request is safe: the requests pipelined behind a
 // late head are re-sent elsewhere (HeadOfLineTimeout), and with
 // [TransportOptions.HedgeHeadOfLine] the late head itself is copied.
@@ -100,7 +100,7 @@
 // re-sent on another connection (as they are behind a body read ahead whole
 // that is still arriving then). The memory the transport reads ahead of its
 // callers is therefore bounded by MaxConnsPerHost × PipelineDepth × 256 KiB
-// per host; once a host's answers are known to be large, its depth is held
+// per host; once a host's responses are known to be large, its depth is held
 // to about 512 KiB of them per connection (at least 2 requests), which keeps
 // the read-ahead near that in practice. A buffered body handed to a caller
 // is the caller's: it holds its (at most 256 KiB) buffer until it is read,

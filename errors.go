@@ -66,7 +66,7 @@ type ConnError struct {
 
 func (e *ConnError) Error() string {
 	if isFinalError(e.Err) {
-		// The transport's own verdict on the answer (too slow,
+		// The transport's own verdict on the response (too slow,
 		// malformed, too large) or its Close: the server closed
 		// nothing, and the cause says all.
 		return e.Err.Error()

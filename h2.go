@@ -212,7 +212,7 @@ type h2Host struct {
 	gen     uint64        // counts the changes that may free a stream
 	changed chan struct{} // closed and replaced on a change if queued > 0
 	closed  bool
-	// answered: a request of the host got an answer over HTTP/2, so its
+	// answered: a request of the host got a response over HTTP/2, so its
 	// server allows streams (h2MaxDials).
 	answered bool
 	// retired counts the connections retired and closed, by reason, for
@@ -891,7 +891,7 @@ func h2FinalLost(c *h2Conn, err error, early bool, cur *http.Request) (_ error, 
 	}
 	// RFC 9110 §9.2.2: an idempotent request whose connection
 	// failed under it may be sent again, as over HTTP/1.1
-	// (checkRetry), if the connection had answered before: a
+	// (checkRetry), if the connection had responded before: a
 	// server closing an idle connection as a request went out
 	// (HAProxy's timeout http-keep-alive) or reset it. A new
 	// connection's failure is final, as in net/http. The other
@@ -954,7 +954,7 @@ const (
 	h2Ended                         // its connection ended before processing it: unusable before it was sent, or a GOAWAY named a lower last stream (RFC 9113 §6.8)
 	h2Refused                       // REFUSED_STREAM (RFC 9113 §8.7): not processed
 	h2PeerProtocol                  // a PROTOCOL_ERROR reset from the peer (golang/go#47635)
-	h2Lost                          // its connection failed under it, which had answered before; the request is replayable (set by do, not h2Classify)
+	h2Lost                          // its connection failed under it, which had responded before; the request is replayable (set by do, not h2Classify)
 )
 
 // h2Classify sorts err, a RoundTrip's error (nil: h2Final), as net/http's
@@ -981,7 +981,7 @@ func h2Classify(err error) h2Failure {
 // h2ErrGoAwayClosed begins the standard library's error for a connection
 // that the server closed after a GOAWAY naming this stream or a later one
 // (http2GoAwayError, unexported), and h2ErrConnLost its error for a
-// connection that stopped answering its pings.
+// connection that stopped responding to its pings.
 const (
 	h2ErrGoAwayClosed = "http2: server sent GOAWAY and closed the connection"
 	h2ErrConnLost     = "http2: client connection lost"
@@ -997,7 +997,7 @@ const (
 // had begun (an error before it began is h2Ended), so the server may have
 // processed the request, as ErrServerClosed says over HTTP/1.1. Other
 // errors (a stream reset by the server, a timeout, a cancellation, a
-// malformed answer) are returned as they are.
+// malformed response) are returned as they are.
 func h2ConnLost(err error) error {
 	var ne net.Error
 	s := err.Error()
@@ -1395,7 +1395,7 @@ func (b *h2Obs) assigned(c *h2Conn) {
 // its write as RequestWritten: the standard library's client writes the
 // request, and says when through httptrace (WroteRequest, composed with
 // the caller's own trace, which still runs). A write cut short (an error,
-// or a body the server answered before reading) reports nothing, as over
+// or a body the server responded to before reading it) reports nothing, as over
 // HTTP/1.
 func (b *h2Obs) watchWrite(req *http.Request) *http.Request {
 	if b == nil || b.o.RequestWritten == nil {

@@ -15,7 +15,7 @@ import (
 //     than TransportOptions.HeadOfLineTimeout for its response headers, or
 //     its body has been arriving that long (a stream, or a body read ahead
 //     whole that trickles), the safe requests written behind it
-//     (mayDuplicate) are re-sent on other connections (their late answers
+//     (mayDuplicate) are re-sent on other connections (their late responses
 //     are read and discarded), and the connection takes no new requests
 //     until the head's headers arrive (or its body ends). Requests that
 //     are not safe are never pipelined, so none is ever behind a head: none
@@ -71,7 +71,7 @@ type holGuard struct {
 }
 
 // holStart starts a's head-of-line timer: a is fully written and has just
-// become the oldest unanswered request on c.
+// become the oldest request still awaiting its response on c.
 func (c *pconn) holStart(a *attempt) {
 	c.holArm(a, false)
 }
@@ -101,7 +101,7 @@ func (c *pconn) holArm(a *attempt, stream bool) {
 	c.mu.Unlock()
 	probe := alone && a.probing()
 	if !head || alone && !probe {
-		return // answered already, or nothing waits behind it
+		return // responded to already, or nothing waits behind it
 	}
 	if probe {
 		d = a.probeAfter
@@ -166,7 +166,7 @@ func (c *pconn) holFire(a *attempt) {
 	}
 	// Nothing new goes behind a slow head (a streaming one takes nothing
 	// new already); what is already behind it, and safe, is re-sent
-	// elsewhere. Its slots stay in fifo: late answers are read and
+	// elsewhere. Its slots stay in fifo: late responses are read and
 	// discarded, so the connection stays usable.
 	g.mu.Lock()
 	if g.head != a {
@@ -219,7 +219,7 @@ func (hp *holProtect) lateHead(c *pconn, a *attempt) {
 	switch {
 	case !ok:
 	case probe:
-		// Only a probe whose route answered bounded and quickly before:
+		// Only a probe whose route responded bounded and quickly before:
 		// one of a route not seen yet, or slow for its own reasons (a
 		// large paged list), would reach the server twice for nothing.
 		ok = p.model.CopyProbe(a.follow) // spends a duplicate, not held back by the budget: the probe tells a server that drops pipelined requests
@@ -244,19 +244,19 @@ func (hp *holProtect) lateHead(c *pconn, a *attempt) {
 		copyOf: a}
 	if r.obs != nil {
 		cp.obs = &requestObs{start: r.obs.start, host: r.obs.host, addr: r.obs.addr}
-		r.obs.copy = cp // read by the caller only once the copy's answer is delivered
+		r.obs.copy = cp // read by the caller only once the copy's response is delivered
 	}
 	// A probe's timer fired probeAfter after it became the head.
 	go p.hedge(c, cp, time.Now().Add(-a.probeAfter))
 }
 
 // hedge sends cp, a copy of a late head's request, a safe one, and hands
-// its answer to the head's caller if it comes first. The head's answer is
+// its response to the head's caller if it comes first. The head's response is
 // then not wanted, and c, where it was due, is closed unless another
 // request waits on it: that cancels the head on the server (the one way in
 // HTTP/1.1) and frees c's place in the pool; for a probe that became the
-// head at headAt, only if its answer does not come either meanwhile
-// (probeLost). A copy that loses runs to its end; its answer is
+// head at headAt, only if its response does not come either meanwhile
+// (probeLost). A copy that loses runs to its end; its response is
 // discarded.
 func (hp *holProtect) hedge(c *pconn, cp *request, headAt time.Time) {
 	p := hp.pool
@@ -270,25 +270,25 @@ func (hp *holProtect) hedge(c *pconn, cp *request, headAt time.Time) {
 		return // orig goes on
 	}
 	if !orig.deliver(result{resp: resp, copied: true}) {
-		// orig's answer came first, or its caller gave up.
+		// orig's response came first, or its caller gave up.
 		resp.Body.Close()
 		return
 	}
 	if orig.probing() {
-		// The probe's own answer may still come: a server that ran it
-		// slowly (a pause, a lock) answers it as late again at most.
+		// The probe's own response may still come: a server that ran it
+		// slowly (a pause, a lock) responds to it as late again at most.
 		// Until then its connection takes nothing new (it is slow).
 		waited := time.Since(headAt)
 		time.AfterFunc(waited, func() { p.probeLost(c, orig) })
 		return
 	}
-	// A caller reading its own answer (a direct read, conn_direct.go) is
+	// A caller reading its own response (a direct read, conn_direct.go) is
 	// woken by the close and takes the copy's.
 	c.dropIfUnwanted()
 }
 
 // probeLost is called once the copy of probe a, the head of c, was
-// answered first and a waited as long again: if a is still unanswered,
+// responded to first and a waited as long again: if a still has no response,
 // the server left it unread. The host falls back, as for a failure before
 // proof (notePipelineFailure), and c, which nothing else waits on, is
 // closed.
@@ -298,7 +298,7 @@ func (hp *holProtect) probeLost(c *pconn, a *attempt) {
 	unread := !c.dead && len(c.fifo) > 0 && c.fifo[0] == a && !a.headersRead
 	c.mu.Unlock()
 	if !unread {
-		return // answered late, or the connection ended
+		return // responded to late, or the connection ended
 	}
 	p.mu.Lock()
 	p.model.NoteStalledProbe()
@@ -308,13 +308,13 @@ func (hp *holProtect) probeLost(c *pconn, a *attempt) {
 	c.dropIfUnwanted()
 }
 
-// notePipelineFailure is called when c failed with err while unanswered
-// requests were outstanding on it, the oldest written while nothing was
-// in flight (headIdle) or pipelined, and late (headSlow) or not. Failures
-// with more than one request outstanding, or whose oldest was pipelined
-// (those behind it may have been re-sent from behind it already), count
-// towards the depth fallback (model.Host.NoteFailure); a late
-// head counts only if it was pipelined.
+// notePipelineFailure is called when c failed with err while requests
+// awaiting their responses were outstanding on it, the oldest written while
+// nothing was in flight (headIdle) or pipelined, and late (headSlow) or not.
+// Failures with more than one request outstanding, or whose oldest was
+// pipelined (those behind it may have been re-sent from behind it already),
+// count towards the depth fallback (model.Host.NoteFailure); a late head
+// counts only if it was pipelined.
 func (hp *holProtect) notePipelineFailure(err error, unanswered int, headIdle, headSlow bool) {
 	p := hp.pool
 	if unanswered < 2 && headIdle || p.t.depth <= 1 || !isPipelineFailure(err) {

@@ -16,7 +16,7 @@ import (
 // hints (keepalive.go) and an address leaving its host's answer (addrs.go)
 // retire one, for a reason of its own (CloseLifetime): it takes no new
 // request (retireLocked), finishes what it carries (pipelined requests are
-// answered, a stream runs to its end), then closes. Where the load needs
+// responded to, a stream runs to its end), then closes. Where the load needs
 // the connection (it is busy, or no other one is idle), its replacement is
 // dialed first, and it retires once the replacement is up or its dial
 // failed: no request waits for a dial it would not have waited for. The

@@ -22,7 +22,7 @@ import (
 //     (Stats, even RoundTrip) without deadlock. A hook told of a request
 //     while that request holds its connection (RequestAssigned and
 //     ConnActive, before it is written; RequestWritten, for a request whose
-//     caller reads its own answer; ConnIdle, and ConnClosed for connections
+//     caller reads its own response; ConnIdle, and ConnClosed for connections
 //     closed over MaxIdleConns, from the connection's reader) keeps the
 //     connection from new requests until it returns, as do httptrace's
 //     hooks in the same places (GotConn, the Wrote* hooks,
@@ -69,8 +69,8 @@ type Observer struct {
 	// RequestHeaders is called when the attempt's final response head
 	// (not a 1xx) has been read, once it is handed to the caller (as for
 	// HTTP/2): in the caller's goroutine, or the goroutine of a copy's
-	// (ResendHedge); Status is set. An attempt whose answer nobody took
-	// (its caller gave up, or its copy's answer came first) reports none.
+	// (ResendHedge); Status is set. An attempt whose response nobody took
+	// (its caller gave up, or its copy's response came first) reports none.
 	RequestHeaders func(RequestEvent)
 
 	// RequestDone is called once per request that was queued, just before
@@ -102,8 +102,8 @@ type Observer struct {
 	// flight on it, Err the error for CloseError.
 	ConnClosed func(ConnEvent)
 
-	// RouteLearned is called when an answer changed what a host's model
-	// holds about the answers to a route class (docs/model.md): whether
+	// RouteLearned is called when a response changed what a host's model
+	// holds about the responses to a route class (docs/model.md): whether
 	// requests may be written behind its requests, and, if not, why. It
 	// is not called under TransportOptions.FixedPolicy.
 	RouteLearned func(RouteEvent)
@@ -112,7 +112,7 @@ type Observer struct {
 	// as a whole changed (docs/model.md): whether it is pipelined and, if
 	// not, why; whether it runs a connection's requests one at a time;
 	// whether it is proven to handle pipelining. A change that comes with
-	// time alone (a verdict expiring) is reported with the next answer or
+	// time alone (a verdict expiring) is reported with the next response or
 	// failure that finds it. It is not called under
 	// TransportOptions.FixedPolicy, nor for a forward proxy's pool.
 	HostLearned func(HostEvent)
@@ -133,7 +133,7 @@ type HostEvent struct {
 	// Pipelining reports whether pipelineable requests are written behind
 	// others once PipelineConnsPerHost connections are busy; if not,
 	// Reason says why: "fallback" (its pipelined connections failed),
-	// "late heads" (its answers are late often enough that a request
+	// "late heads" (its responses are late often enough that a request
 	// gains more from a connection of its own) or "serial" (it runs a
 	// connection's requests one at a time, slowly enough that
 	// connections of their own run them in parallel).
@@ -144,7 +144,7 @@ type HostEvent struct {
 	// requests one at a time.
 	Serial bool
 
-	// Proven reports whether the host answered a pipelined request as
+	// Proven reports whether the host responded to a pipelined request as
 	// only a server that handles pipelining does.
 	Proven bool
 }
@@ -153,7 +153,7 @@ type HostEvent struct {
 // route class: the requests of the same method, target host, path shape,
 // query parameter names and Accept field.
 type RouteEvent struct {
-	// Time is when the answer that changed it was read.
+	// Time is when the response that changed it was read.
 	Time time.Time
 
 	// Host names the pool as [Transport.Stats] keys it.
@@ -162,15 +162,15 @@ type RouteEvent struct {
 	// Addr is the target server's "host:port", default port filled in.
 	Addr string
 
-	// Request is the request whose answer changed the verdict: an example
+	// Request is the request whose response changed the verdict: an example
 	// of its class. It must not be modified.
 	Request *http.Request
 
-	// Verdict is the class's verdict now: "bounded" (its last answer was
+	// Verdict is the class's verdict now: "bounded" (its last response was
 	// read whole, its head in time: requests may be written behind its
-	// requests), "stream" (its last answer was a stream: server-sent
+	// requests), "stream" (its last response was a stream: server-sent
 	// events, a watch, a download too large to read ahead) or "late" (its
-	// last answer held its connection's head late, as a long poll does).
+	// last response held its connection's head late, as a long poll does).
 	// A request of a "stream" or "late" class takes a connection of its
 	// own, as with net/http, and is never copied.
 	Verdict string
@@ -226,11 +226,11 @@ type RequestEvent struct {
 	// the connection to itself. Zero before RequestAssigned.
 	InFlight int
 
-	// Pipelined reports whether the attempt was sent behind other requests
-	// of its connection whose responses had not been read. In
-	// RequestAssigned it is InFlight > 1; from RequestWritten on, whether
-	// an earlier request was still unanswered when the attempt's first
-	// byte was written. For HTTP/2, whether other streams were open.
+	// Pipelined reports whether the attempt was sent behind other requests of
+	// its connection whose responses had not been read. In RequestAssigned it
+	// is InFlight > 1; from RequestWritten on, whether an earlier request was
+	// still awaiting its response when the attempt's first byte was written.
+	// For HTTP/2, whether other streams were open.
 	Pipelined bool
 
 	// Status is the response's status code, from RequestHeaders on; zero
@@ -267,11 +267,11 @@ const (
 
 	// ResendHedge: a copy of a request whose attempt, at the head of its
 	// connection, was late (TransportOptions.HedgeHeadOfLine), or was a
-	// host's first pipelined request and got no answer in a few round
+	// host's first pipelined request and got no response in a few round
 	// trips (docs/reliability.md, "The probe"), sent while that attempt
-	// still runs; the first answer wins. A copy's attempts
+	// still runs; the first response wins. A copy's attempts
 	// are numbered after the attempt it copies and have no RequestDone of
-	// their own: if the copy's answer wins, the request's RequestDone
+	// their own: if the copy's response wins, the request's RequestDone
 	// reports the copy's last attempt (and adds its QueueTime).
 	ResendHedge
 )
@@ -390,12 +390,12 @@ const (
 
 	// CloseDrained: the connection's address left its host's answer
 	// (TransportOptions.Resolver): it took no new request and closed once
-	// its requests were answered.
+	// its requests were responded to.
 	CloseDrained
 
 	// CloseLifetime: the connection was older than MaxConnLifetime: it
 	// took no new request (its replacement dialed first where the load
-	// needed one) and closed once its requests were answered.
+	// needed one) and closed once its requests were responded to.
 	CloseLifetime
 )
 

@@ -30,7 +30,7 @@ type requestObs struct {
 	last  *attempt // the latest attempt
 	// copy is the request's copy, if one was sent (hostPool.lateHead,
 	// before the copy starts): RequestDone reports its attempt if its
-	// answer won.
+	// response won.
 	copy *request
 }
 
@@ -132,9 +132,9 @@ func (rep *observerReports) observeAssigned(a *attempt) {
 }
 
 // observeWritten reports that a's request was written; Pipelined says
-// whether an earlier request was unanswered when it was. direct: a's
-// caller holds the read turn (conn_direct.go), and c is held meanwhile
-// (pconn.hooked).
+// whether an earlier request was still awaiting its response when it was.
+// direct: a's caller holds the read turn (conn_direct.go), and c is held
+// meanwhile (pconn.hooked).
 func (c *pconn) observeWritten(a *attempt, direct bool) {
 	if o := c.t.opts.Observer; o != nil && o.RequestWritten != nil {
 		ev := requestEvent(a, time.Now())
@@ -149,7 +149,7 @@ func (c *pconn) observeWritten(a *attempt, direct bool) {
 
 // observeHeaders reports that a's final response head arrived, in the
 // caller's goroutine once the response was handed over, as on the HTTP/2
-// side: the connection's reader (or a caller reading its own answer)
+// side: the connection's reader (or a caller reading its own response)
 // holds the read turn when it reads the head, and a request the hook sent
 // to the host could wait behind the hook for it.
 //

@@ -52,7 +52,7 @@ type hostPool struct {
 	mu     sync.Mutex
 	closed bool
 	gone   bool // removed from Transport.pools: requests must get a new pool
-	// model is what the host's answers taught (internal/model): per route
+	// model is what the host's responses taught (internal/model): per route
 	// class, whether requests may be written behind one; and the
 	// host-wide estimates every other decision reads.
 	model model.Host
@@ -71,10 +71,10 @@ type hostPool struct {
 // connection's pool and is guarded by hostPool.mu; the connection changes
 // it only through connEvents.
 type sched struct {
-	inflight  int  // attempts assigned and not yet answered
+	inflight  int  // attempts assigned and not yet responded to
 	retired   bool // takes no new request (the one place: retireLocked)
 	removed   bool // no longer in the pool's conns
-	exclusive bool // an attempt that nothing may follow is unanswered
+	exclusive bool // an attempt that nothing may follow awaits its response
 	streaming bool // the head's body is open-ended and being read
 	slow      bool // the head has waited past HeadOfLineTimeout (holprotect.go)
 	reserved  bool // kept free for a request that needs an idle connection
@@ -85,7 +85,7 @@ type sched struct {
 	// that carry pipelined requests (canDialLocked), so that a request a
 	// hook sends goes elsewhere instead of waiting for the hook.
 	held int
-	// probeDrain: the host not proven (model.Host.Proven), an answer
+	// probeDrain: the host not proven (model.Host.Proven), a response
 	// came with requests pipelined behind it: the connection takes no more
 	// until it is empty, so that the last of them can prove the host.
 	probeDrain   bool

@@ -50,7 +50,7 @@ func (pc *poolConns) retireLocked(c *pconn, why CloseReason) {
 // gone from the host's answer and the connection's lifetime do, and
 // reports whether c is to be closed now: it has nothing in flight (the
 // caller closes it once p.mu is released, with errConnClosing). A busy one
-// closes after its last answer (becameIdleLocked). Its end is counted in
+// closes after its last response (becameIdleLocked). Its end is counted in
 // Stats by reason (ended, Retirements).
 func (pc *poolConns) retireNowLocked(c *pconn, why CloseReason) (idle bool) {
 	p := pc.pool
@@ -175,7 +175,7 @@ func (pc *poolConns) release(c *pconn) {
 
 // becameIdleLocked updates c when it may have nothing in flight any more,
 // and reports whether it must be closed (it takes no new request and has
-// nothing left to answer), whether it went from active to idle, and which
+// nothing left to respond to), whether it went from active to idle, and which
 // idle connections to close for MaxIdleConns once p.mu is released.
 func (pc *poolConns) becameIdleLocked(c *pconn) (done, wentIdle bool, victims []*idleEntry) {
 	p := pc.pool
@@ -195,10 +195,10 @@ func (pc *poolConns) becameIdleLocked(c *pconn) (done, wentIdle bool, victims []
 
 // retireSpentLocked retires the connections that were given the host's
 // budget of requests before it was learned, as assignLocked retires those
-// given it since: otherwise an idle one takes a request its server will
-// not answer (with a budget of 1, every connection that answered once). It
-// returns the idle ones, to be closed once p.mu is released; the others
-// close after their last answer.
+// given it since: otherwise an idle one takes a request its server will not
+// respond to (with a budget of 1, every connection that served one
+// response). It returns the idle ones, to be closed once p.mu is released;
+// the others close after their last response.
 func (pc *poolConns) retireSpentLocked() (idle []*pconn) {
 	p := pc.pool
 	for _, c := range p.conns {
@@ -298,7 +298,7 @@ func (pc *poolConns) hookedDialsLocked() int {
 // dialSoonLocked reports whether a dial in progress started less than
 // margin times the host's dial time ago (model.QuickWait at least): one that
 // hangs holds nobody back for longer. A request it held back is placed
-// at the next dispatch (an answer, a dial's end): what it would have
+// at the next dispatch (a response, a dial's end): what it would have
 // waited behind meanwhile holds its connection.
 func (pc *poolConns) dialSoonLocked() bool {
 	p := pc.pool

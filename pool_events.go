@@ -21,7 +21,7 @@ type poolEvents struct {
 	pool *hostPool
 }
 
-// quickClose is how soon after its first answer a connection must close
+// quickClose is how soon after its first response a connection must close
 // for the close to say that its server closes every connection after one
 // response (quietClosed): a close a resting connection sees when it is
 // watched again (restWatch), give or take the noise of a busy machine
@@ -29,27 +29,27 @@ type poolEvents struct {
 const quickClose = restWatch + model.LateMin
 
 // quietClosed reports whether a connection that ended with err, with
-// unanswered requests written on it after answered responses, was closed
-// by its server after a number of responses without notice: the number
-// that quietClose counts.
+// requests still awaiting their responses written on it after responses
+// read, was closed by its server after a number of responses without notice:
+// the number that quietClose counts.
 //
-// Only a close that came right after an answer counts (within quickClose
+// Only a close that came right after a response counts (within quickClose
 // of the connection going idle, idle for): a connection whose server
 // closed it as it went idle (errIdleClosed: seen before a request was
 // written on it, or by its reader), or failed the request written on it
 // once idle (headIdle). Such a server (hypercorn 0.13 and tinyproxy after
-// one answer) closes saying nothing; a request written as the close is on
+// one response) closes saying nothing; a request written as the close is on
 // its way fails, and net/http retries it without limit. A close later on
 // is an idle timeout. A close on a pipelined request is what a server that
-// mishandles pipelining does, after however many answers went before
-// (gunicorn's gthread worker; uWSGI's --http11-socket answers the first of
+// mishandles pipelining does, after however many responses went before
+// (gunicorn's gthread worker; uWSGI's --http11-socket responds to the first of
 // two requests that came in one read, and closes; on connections that
 // begin alike, two in a row may match): the depth fallback deals with it
-// (notePipelineFailure), and a server that does close after n answers is
-// learned at depth 1 then. Nor does an end within an answer (headCut: some
-// of it came): such a server answers n and closes before it begins the
+// (notePipelineFailure), and a server that does close after n responses is
+// learned at depth 1 then. Nor does an end within a response (headCut: some
+// of it came): such a server responds to n and closes before it begins the
 // next, and a network that resets connections after a few bytes (a faulty
-// link or middlebox) cuts answers at random, often twice in a row at the
+// link or middlebox) cuts responses at random, often twice in a row at the
 // same count, which made a budget of 1 and a dial per request (363 dials
 // where net/http made 21, TestFaultyNetworkDials).
 func quietClosed(err error, unanswered, answered int, headIdle, headCut bool, idle time.Duration) bool {
@@ -65,7 +65,7 @@ func quietClosed(err error, unanswered, answered int, headIdle, headCut bool, id
 func (pe *poolEvents) gotHeaders(c *pconn, a *attempt, closing, bounded bool) {
 	p := pe.pool
 	p.mu.Lock()
-	// A chunked answer of a class whose last answer was bounded and quick
+	// A chunked response of a class whose last response was bounded and quick
 	// (internal/model) counts as one at its head, as a body of known length
 	// read whole does.
 	if bounded || a.tentative && a.follow.OK() {
@@ -79,11 +79,11 @@ func (pe *poolEvents) gotHeaders(c *pconn, a *attempt, closing, bounded bool) {
 		// Held from its head, not from its first read from the network
 		// (streaming): the waiters dispatched now must not go behind it.
 		c.s.streaming = true
-		p.noteAnswerLocked(a, model.Stream)
+		p.noteResponseLocked(a, model.Stream)
 	case bounded:
-		p.noteAnswerLocked(a, model.Bounded)
+		p.noteResponseLocked(a, model.Bounded)
 	case a.tentative && !a.follow.OK() && !c.s.streaming:
-		// A chunked answer of a class not known to be bounded: held
+		// A chunked response of a class not known to be bounded: held
 		// from its head as a stream is, until it ends (hostPool.tentative).
 		c.s.streaming = true
 		a.heldTentative = true
@@ -95,7 +95,7 @@ func (pe *poolEvents) gotHeaders(c *pconn, a *attempt, closing, bounded bool) {
 }
 
 // gotHeadersLocked records what a's response head tells about c and its
-// host; the caller has counted the answer (answerLocked) or will at the
+// host; the caller has counted the response (answerLocked) or will at the
 // body's end.
 func (pe *poolEvents) gotHeadersLocked(c *pconn, a *attempt, closing bool) {
 	p := pe.pool
@@ -123,8 +123,8 @@ func (pe *poolEvents) gotHeadersLocked(c *pconn, a *attempt, closing bool) {
 				// Two connections in a row closed at the same count: a
 				// limit per connection (nginx's keepalive_requests). A
 				// close one kind of request causes comes at any count:
-				// cheroot closes after a HEAD whose answer has no length
-				// (not counted: an answer without a body by rule, as for
+				// cheroot closes after a HEAD whose response has no length
+				// (not counted: a response without a body by rule, as for
 				// unannounced closes), others after an error; learned at
 				// once, that count closed every connection (2-4 times
 				// net/http's dials).
@@ -206,16 +206,16 @@ func (pe *poolEvents) responseReadLocked(c *pconn, a *attempt, closing, headers,
 	s.inflight--
 	c.placed.Store(int32(s.inflight))
 	if headers {
-		p.noteAnswerLocked(a, model.Bounded) // a head without a body (HEAD, 204, 304)
+		p.noteResponseLocked(a, model.Bounded) // a head without a body (HEAD, 204, 304)
 	}
 	if a.tentative && !a.streamed {
-		p.noteAnswerLocked(a, model.Bounded)
+		p.noteResponseLocked(a, model.Bounded)
 		// Read whole as one of known length is: its size counts for
 		// the host's depth as a declared one does (bytesDepth).
 		p.model.NoteBody(a.chunkedLen)
 	}
 	s.served++
-	// A connection that answered more than a count at which others
+	// A connection that served more than a count at which others
 	// closed without notice shows that count is not the server's budget
 	// (quietClosed): a server that keeps one closes every connection at
 	// it.
@@ -226,13 +226,13 @@ func (pe *poolEvents) responseReadLocked(c *pconn, a *attempt, closing, headers,
 	}
 	if a.toStream && !a.events {
 		// Read in full sooner than a request behind it would have
-		// waited: its class answers bounded again.
-		p.noteAnswerLocked(a, model.Bounded)
+		// waited: its class responds bounded again.
+		p.noteResponseLocked(a, model.Bounded)
 	}
 	if a.streamed || a.heldTentative || a.streamAtHead {
 		// Only a's own stream ends here: after a direct read, the turn
 		// passes on before responseDone, so the reader may already
-		// stream the next answer (conn_direct.go, directDone).
+		// stream the next response (conn_direct.go, directDone).
 		s.streaming = false
 	}
 	p.tick++
@@ -243,7 +243,7 @@ func (pe *poolEvents) streaming(c *pconn, a *attempt) {
 	p := pe.pool
 	p.mu.Lock()
 	if a.tentative {
-		p.noteAnswerLocked(a, model.Stream) // the others are noted at the head
+		p.noteResponseLocked(a, model.Stream) // the others are noted at the head
 	}
 	c.s.streaming = true
 	p.dispatchLocked() // waiters may dial now (canDialLocked)
@@ -252,9 +252,9 @@ func (pe *poolEvents) streaming(c *pconn, a *attempt) {
 	p.observeModel(ch)
 }
 
-// noteAnswerLocked tells the host's model what a's answer showed of its
+// noteResponseLocked tells the host's model what a's response showed of its
 // route class. p.mu is held.
-func (pe *poolEvents) noteAnswerLocked(a *attempt, kind model.Kind) {
+func (pe *poolEvents) noteResponseLocked(a *attempt, kind model.Kind) {
 	p := pe.pool
 	if !a.r.pipelineable {
 		return // only requests that others could follow are classed
@@ -268,7 +268,7 @@ func (pe *poolEvents) noteAnswerLocked(a *attempt, kind model.Kind) {
 
 // tentative decides whether requests may be placed behind a's chunked
 // body while it is read from the network: only if its class's last
-// answer was bounded and quick (internal/model). Otherwise it holds its
+// response was bounded and quick (internal/model). Otherwise it holds its
 // connection as a stream does, so that nothing waits behind a stream that
 // is just starting: a request placed behind one waits for the stream's
 // end or HeadOfLineTimeout (bodyStream.checkStream says why it is not
@@ -338,7 +338,7 @@ func (pe *poolEvents) removed(c *pconn) {
 		}
 		if len(p.conns) == 0 && p.dialing == 0 && p.answered {
 			// The host's last connection is gone (its idle timeout, or
-			// the server's): the next burst waits for its first answer
+			// the server's): the next burst waits for its first response
 			// as a new pool's does (model.FirstResponseWait). A pool kept for
 			// what it learned (learnedLocked) would otherwise pipeline a
 			// burst of slow requests at once, as to a host known fast:
@@ -365,8 +365,8 @@ func (pe *poolEvents) ended(c *pconn, err error, unanswered, answered int, headI
 		// fixed number of requests without saying so: seen twice, that
 		// number becomes the host's budget for model.VerdictFor, so that
 		// the next connections are not given requests they will not
-		// answer. A close right after an answer without a body (HEAD,
-		// 204, 304) may be the server's response to that answer
+		// respond to. A close right after a response without a body (HEAD,
+		// 204, 304) may be the server's reaction to that response
 		// (waitress closes after a HEAD whose application wrote no body,
 		// which it takes for a short one): not counted.
 		if p.model.NoteQuietClose(answered) {

@@ -173,8 +173,8 @@ func newRequest(t *Transport, req *http.Request, key poolKey) *request {
 	// (a slow or streaming head), and only a safe one may run twice, or
 	// after requests its caller sent later (docs/reliability.md).
 	//
-	// A request for an event stream (an EventSource's Accept) is answered
-	// by a body that does not end: nothing may wait behind it, and it
+	// A request for an event stream (an EventSource's Accept) is responded
+	// to with a body that does not end: nothing may wait behind it, and it
 	// waits behind nothing, as with net/http.
 	r.pipelineable = r.safe && !upgrade && !r.closeAfter && !headNearLimits(req) && !acceptsEventStream(req.Header["Accept"])
 	if r.pipelineable {
@@ -294,8 +294,8 @@ type attemptPlace struct {
 	// elsewhere (model.Host.ProbeWait). Set by the pool when it
 	// places a; 0 otherwise.
 	probeAfter time.Duration
-	// streamGap is how long nothing of a chunked answer may arrive before
-	// the answer is taken for a stream (bodyStream.tentative), set by the
+	// streamGap is how long nothing of a chunked response may arrive before
+	// the response is taken for a stream (bodyStream.tentative), set by the
 	// pool when it places a: two of the host's round trips (its shortest
 	// dial), at least model.QuickWait.
 	streamGap time.Duration
@@ -306,7 +306,7 @@ type attemptPlace struct {
 	follow model.Verdict
 	// alone: written alone on its connection: a retry (RFC 9112 §9.3.2),
 	// or a request whose class streams or is late (then toStream too for
-	// a stream: a chunked answer is a stream from its head). Set before
+	// a stream: a chunked response is a stream from its head). Set before
 	// it is placed.
 	alone, toStream bool
 	activated       bool // the assignment made the connection active (for the Observer)
@@ -323,11 +323,11 @@ type attemptPlace struct {
 // and read under it.
 type attemptPool struct {
 	hedged bool // a copy of it was sent (hostPool.lateHead)
-	// answerAtEnd: its response's head did not count as the host's answer
+	// answerAtEnd: its response's head did not count as the host's response
 	// (its body was not of a known, buffered length): its end does
 	// (hostPool.answerLocked).
 	answerAtEnd bool
-	// heldTentative: the pool took the answer's connection for a stream's
+	// heldTentative: the pool took the response's connection for a stream's
 	// while it was read from the network (hostPool.tentative).
 	heldTentative bool
 }
@@ -352,10 +352,10 @@ type attemptWrite struct {
 	// writeGap is how long after the request ahead of it a pipelined
 	// request joined the fifo, read by the pool (internal/model, serviceOrder).
 	writeGap time.Duration
-	// headAt is when it became the oldest unanswered request on its
-	// connection (written with nothing ahead, or the answer ahead read).
-	// Two writers, both under pconn.mu: the writer when a joins the fifo
-	// with nothing ahead, the reader when the answer ahead is read
+	// headAt is when it became the oldest request still awaiting its response
+	// on its connection (written with nothing ahead, or the response ahead
+	// read). Two writers, both under pconn.mu: the writer when a joins the
+	// fifo with nothing ahead, the reader when the response ahead is read
 	// (popHead). Read by the reader (readOne).
 	headAt monoTime
 	// wireEnd: for a request written together with the one ahead, the
@@ -365,7 +365,7 @@ type attemptWrite struct {
 	// writeDone, for a body written by a goroutine of its own, is closed
 	// when that write ends (send makes it, write closes it).
 	writeDone chan struct{}
-	reused    bool // the connection had answered a response, or others were in flight
+	reused    bool // the connection had served a response, or others were in flight
 	behind    bool // others were in flight: the request was pipelined
 	// together: written behind another request in the same write (its
 	// bytes went out with the request ahead), set under pconn.mu.
@@ -377,8 +377,9 @@ type attemptWrite struct {
 
 // attemptHeaderTimer is the arming of a's header timer (see
 // pconn.armHeaderTimeout). arm has two writers, atomic: the writer once a
-// is written, and whoever makes a the oldest unanswered request (the
-// writer that queues it first, or the reader that reads the answer ahead).
+// is written, and whoever makes a the oldest request still awaiting its
+// response (the
+// writer that queues it first, or the reader that reads the response ahead).
 // disarmed is written and read under pconn.deadlineMu.
 type attemptHeaderTimer struct {
 	arm atomic.Int32
@@ -396,7 +397,7 @@ type attemptContinue struct {
 }
 
 // attemptRead is written by a's reader, the holder of its connection's
-// read turn (the reader goroutine, or a's caller reading its own answer,
+// read turn (the reader goroutine, or a's caller reading its own response,
 // conn_direct.go), before it reports what it read to the pool (headers read,
 // response done), which reads it then under hostPool.mu. headersRead is
 // set under pconn.mu, which its readers hold.
@@ -424,10 +425,10 @@ type attemptRead struct {
 	// chunkedLen is the length of its response's chunked body, set at the
 	// body's end, before responseDone.
 	chunkedLen int64
-	// tentative: its answer is chunked (bodyStream.tentative), set before
+	// tentative: its response is chunked (bodyStream.tentative), set before
 	// the reader reports the headers.
 	tentative bool
-	// streamAtHead: its answer is a stream from its head, set before the
+	// streamAtHead: its response is a stream from its head, set before the
 	// reader reports the headers: server-sent events, or a body it will
 	// not read whole (longer than maxBufferedBody, or until the connection
 	// closes). The pool places nothing behind it from its head on, not
@@ -435,9 +436,9 @@ type attemptRead struct {
 	streamAtHead bool
 	// timed: gap and shadow are set (above).
 	timed bool
-	// proves: its answer came before anything written after it, set
+	// proves: its response came before anything written after it, set
 	// before the reader reports the headers: the server read it along with
-	// the request ahead and answered it unprompted, as one that handles
+	// the request ahead and responded to it unprompted, as one that handles
 	// pipelining does (hostPool.probeLocked).
 	proves bool
 	// noBody: its response had no body by rule (RFC 9112 §6.3: HEAD, 1xx,
@@ -449,13 +450,13 @@ type attemptRead struct {
 	headersRead bool
 }
 
-// attemptStream is written by the stream of a's answer (bodyStream), under
+// attemptStream is written by the stream of a's response (bodyStream), under
 // bodyStream.mu: by the reader, or by the stream verdict's timer
 // (becomeStream), whichever makes the body a stream. Read by the pool
 // once told of the stream or the response's end, and by the head-of-line
 // timer.
 type attemptStream struct {
-	// events: its answer is a stream of events, server-sent events or a
+	// events: its response is a stream of events, server-sent events or a
 	// chunked body of which nothing came for streamGap (not one that only
 	// grew too long to be read whole). Its route class is then a
 	// stream in the host model (model.Host.NoteResponse). Two writers: the reader sets it before it
@@ -468,7 +469,7 @@ type attemptStream struct {
 	// streamed: its body became a stream (bodyStream.startWaiting,
 	// becomeStream), set under bodyStream.mu and holGuard.mu (holFire
 	// reads it under the latter) before the pool is told, which clears
-	// the connection's streaming mark with a's answer only.
+	// the connection's streaming mark with a's response only.
 	streamed bool
 }
 
@@ -481,8 +482,8 @@ const (
 type result struct {
 	resp  *http.Response
 	err   error
-	retry bool // not answered here and safe to send elsewhere, not a failure
-	// copied: the answer is that of a copy of the request (r.obs.copy
+	retry bool // not responded to here and safe to send elsewhere, not a failure
+	// copied: the response is that of a copy of the request (r.obs.copy
 	// with an Observer), delivered to the late head's attempt
 	// (hostPool.hedge).
 	copied bool

@@ -31,13 +31,13 @@ const maxRetries = 8
 type failure struct {
 	written  bool // some of the request reached the connection
 	reused   bool // written behind other requests or after a response on the same connection, or shared it when it failed
-	answered bool // the server answered it, badly (malformed) or too late
-	garbled  bool // the answer was malformed: the bad bytes may belong to an earlier response
+	answered bool // the server responded to it, badly (malformed) or too late
+	garbled  bool // the response was malformed: the bad bytes may belong to an earlier response
 }
 
 // outcome is how an attempt ended without a response for its caller.
 type outcome struct {
-	moved bool    // told to go elsewhere: it will not be (or need not be) answered there
+	moved bool    // told to go elsewhere: it will not be (or need not be) responded to there
 	err   failure // otherwise, the connection failed
 }
 
@@ -269,7 +269,7 @@ func (p *hostPool) roundTripAttempts(r *request) (*http.Response, error) {
 			res = p.await(a)
 			if res.err == nil && !res.retry {
 				if res.copied && r.obs != nil {
-					// The copy's answer: RequestDone reports its attempt
+					// The copy's response: RequestDone reports its attempt
 					// (and the copy reported its headers).
 					cp := r.obs.copy
 					r.obs.last = cp.obs.last
@@ -386,9 +386,9 @@ func (p *hostPool) await(a *attempt) result {
 		return a.out
 	case <-done:
 		if a.abandon() {
-			// The connection takes nothing more, and closes once a is its
-			// oldest unanswered request, as net/http closes it (the
-			// answer may never come); the requests behind a go elsewhere.
+			// The connection takes nothing more, and closes once a is its oldest
+			// request still awaiting its response, as net/http closes it (the
+			// response may never come); the requests behind a go elsewhere.
 			a.c.abandoned()
 			return result{err: context.Cause(a.r.ctx)}
 		}

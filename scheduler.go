@@ -27,7 +27,7 @@ import (
 //     limit, as net/http). The request waits for that dial, or for a
 //     connection that becomes idle first, whichever comes first;
 //  3. for a pipelineable request, the busy connection with the least
-//     expected wait (leastWait.pipeline), once the host has answered
+//     expected wait (leastWait.pipeline), once the host has responded
 //     (model.FirstResponseWait);
 //  4. otherwise it waits in FIFO order, cancellable by its context.
 
@@ -101,11 +101,11 @@ func (q *waitQueue) remove(w *waiter) bool {
 }
 
 // learned gives the waiters of class c queued while it was unseen its
-// first verdict v, as if they had come after its answer (place): a burst
-// to a fresh host waits for one answer of each route, then is pipelined.
+// first verdict v, as if they had come after its response (place): a burst
+// to a fresh host waits for one response of each route, then is pipelined.
 // Left unseen, each was written alone when its turn came, however its
-// route had answered meanwhile: 16 GETs at once over one connection took
-// 16 answer times instead of 4.
+// route had responded meanwhile: 16 GETs at once over one connection took
+// 16 response times instead of 4.
 func (q *waitQueue) learned(c model.Class, v model.Verdict) {
 	for _, w := range q.ws {
 		a := w.a
@@ -180,9 +180,9 @@ func (sc *scheduler) place(a *attempt) (*pconn, httptrace.GotConnInfo, error) {
 		return nil, httptrace.GotConnInfo{}, &useH2{h}
 	}
 	if a.r.pipelineable {
-		// What its class's last answer showed (internal/model): whether
+		// What its class's last response showed (internal/model): whether
 		// requests may be written behind it, and whether it is written
-		// behind nothing, with its answer a stream from its head.
+		// behind nothing, with its response a stream from its head.
 		a.follow = p.model.Follow(a.r.class)
 		if a.follow.Alone() {
 			a.alone = true
@@ -288,7 +288,7 @@ func (sc *scheduler) canDialLocked(pipelineable bool) bool {
 
 // mayStackLocked reports whether a pipelineable request (held by the
 // pipelining threshold or not) may be written behind others: it may not
-// dial, and, until the host's first answer (model.FirstResponseWait), it
+// dial, and, until the host's first response (model.FirstResponseWait), it
 // could not dial even beyond the threshold.
 func (sc *scheduler) mayStackLocked(held bool) bool {
 	p := sc.pool
@@ -323,14 +323,14 @@ func (sc *scheduler) stackOnLocked(depth int) *pconn {
 // (model.Host.Proven), or nil. Until then one request at a time is pipelined,
 // behind a head: the probe. The connection that carries it takes no more
 // until it is empty (probeDrain). A probe written together with its head
-// and answered before anything came after it proves the host. A server
+// and responded to before anything came after it proves the host. A server
 // that drops what is pipelined stalls the probe, not every connection:
 // gunicorn's gthread worker leaves the requests that came with the one it
-// answers until more bytes come or its keep-alive timeout closes the
+// responds to until more bytes come or its keep-alive timeout closes the
 // connection, 2 s later; at the start of a pool, 32 callers over 4
 // connections, each pipelined 4 deep, all waited for those closes (p99
-// 2.0 s, against net/http's 0.6). Any request answered behind another
-// proves nothing: gthread answers one that came in a read of its own. The
+// 2.0 s, against net/http's 0.6). Any request responded to behind another
+// proves nothing: gthread responds to one that came in a read of its own. The
 // probe's close is a failure before proof, which sets off the depth
 // fallback (notePipelineFailure); the host is probed again after it.
 func (sc *scheduler) probeLocked(depth int) *pconn {
@@ -645,8 +645,8 @@ func (sc *scheduler) assignLocked(c *pconn, a *attempt) httptrace.GotConnInfo {
 	if !a.r.pipelineable || a.alone || !a.follow.OK() {
 		// Nothing is written behind it: a request that is not safe
 		// until its final status (gotHeadersLocked), one alone or of a
-		// route not known to answer bounded and quickly (internal/model) until
-		// its answer is read.
+		// route not known to respond bounded and quickly (internal/model) until
+		// its response is read.
 		s.exclusive = true
 	}
 	if a.r.closeAfter || a.r.upgrade {
@@ -693,9 +693,9 @@ func (sc *scheduler) depthLocked() int {
 		// Requests to an HTTP proxy in absolute form are not pipelined,
 		// as no browser pipelined through proxies: the proxy relays
 		// what follows a request to the origin whatever it makes of it,
-		// and one that ends each connection after one answer without
+		// and one that ends each connection after one response without
 		// saying so (tinyproxy 1.11) hands a pipelined request to an
-		// origin that has closed, whose reset cuts the answer before
+		// origin that has closed, whose reset cuts the response before
 		// it short. The caller has its head by then, so the request
 		// cannot be sent again; net/http, which never pipelines, gets
 		// it whole. Tunnels (CONNECT, SOCKS5) carry the origin's

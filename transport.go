@@ -119,7 +119,7 @@ type TransportOptions struct {
 	// new requests: once it is older than this (give or take 10%, so that
 	// connections opened together do not end together), it takes no new
 	// request, finishes those it carries (pipelined requests are
-	// answered, streams run to their end: none is cut) and closes. Where
+	// responded to, streams run to their end: none is cut) and closes. Where
 	// the load needs it (the connection is busy, or no other one is idle),
 	// its replacement is dialed first and the connection retires once the
 	// replacement is up, so that no request waits for a dial it would not
@@ -134,10 +134,10 @@ type TransportOptions struct {
 	// side closes it, or it is idle for IdleConnTimeout).
 	MaxConnLifetime time.Duration
 
-	// ResponseHeaderTimeout, if non-zero, is how long to wait for a
-	// response's headers once the request has been fully written and is the
-	// oldest unanswered request on its connection. (net/http starts the
-	// timer when the request is written; on a pipelined connection that
+	// ResponseHeaderTimeout, if non-zero, is how long to wait for a response's
+	// headers once the request has been fully written and is the oldest
+	// request still awaiting its response on its connection. (net/http starts
+	// the timer when the request is written; on a pipelined connection that
 	// would count the time spent behind earlier responses.) On expiry the
 	// connection is closed and RoundTrip fails with [ErrResponseHeaderTimeout]
 	// (in a [*ConnError]): a net.Error whose Timeout method reports true,
@@ -151,7 +151,7 @@ type TransportOptions struct {
 	// wait for its response headers once a request is pipelined behind it
 	// (or stream an open-ended body) before
 	// the safe requests pipelined behind it are re-sent on other
-	// connections (the late answers are read and discarded) and the
+	// connections (the late responses are read and discarded) and the
 	// connection takes no new requests until those headers arrive. Only
 	// safe requests (GET, HEAD, OPTIONS, TRACE without a body) are ever
 	// pipelined, so no other request is ever sent twice this way. Zero
@@ -165,13 +165,13 @@ type TransportOptions struct {
 	// another connection, if it is safe (GET, HEAD, OPTIONS, TRACE without
 	// a body). Late is as for HeadOfLineTimeout (a head with a request
 	// pipelined behind it), or earlier against a host that runs a
-	// connection's requests one at a time. The first answer wins. If the
+	// connection's requests one at a time. The first response wins. If the
 	// copy's does, the head's connection is closed when nothing else waits
 	// on it: closing is the one way to cancel an HTTP/1.1 request (net/http
 	// closes the connection of a cancelled one too), and it frees the
 	// connection's place under MaxConnsPerHost at once. If the head's
-	// answer wins, the copy runs to its end, or until the request's context
-	// is cancelled, and its answer is discarded. Copies are held to the
+	// response wins, the copy runs to its end, or until the request's context
+	// is cancelled, and its response is discarded. Copies are held to the
 	// host's one budget of duplicates, about 2% of requests, which early
 	// re-sends from behind late heads spend too. A copy fires none of the request's httptrace hooks (a
 	// dial it starts carries the request's context values, as every dial
@@ -186,12 +186,12 @@ type TransportOptions struct {
 	HedgeHeadOfLine bool
 
 	// FixedPolicy turns the host model off (docs/model.md): the transport
-	// learns nothing from a host's answers, and the same sequence of
+	// learns nothing from a host's responses, and the same sequence of
 	// requests gets the same placement whatever the host's history, as
 	// with fasthttp's PipelineClient. Pipelineable requests take idle
 	// connections, then new ones up to PipelineConnsPerHost, then are
 	// pipelined up to PipelineDepth behind any request that allows it
-	// (a safe one whose answer has not shown itself a stream). What a
+	// (a safe one whose response has not shown itself a stream). What a
 	// connection shows of itself still counts: a stream or a late head
 	// takes nothing new behind it, a Connection: close or a Keep-Alive
 	// hint retires it, and a host whose pipelined connections keep failing
@@ -199,7 +199,7 @@ type TransportOptions struct {
 	//
 	// It is off by default: by default a request is written behind
 	// another only if the other's route class (its method, path shape,
-	// query parameter names and Accept field) last answered bounded and
+	// query parameter names and Accept field) last responded bounded and
 	// quickly on its host, so that nothing waits behind a stream, a long
 	// poll or a download nobody foresaw. net/http's Transport has no
 	// twin: it never pipelines.
@@ -261,10 +261,10 @@ type TransportOptions struct {
 	// families (RFC 8305, Happy Eyeballs v2); an address whose dials or
 	// new connections fail is set aside for a growing interval (1 s,
 	// doubled up to 2 minutes); an address gone from the answer takes no
-	// new request and its connections close once answered. Answers are
-	// kept per host and looked up again every 30 s while the host has a
-	// pool (Go's resolver does not expose TTLs); a request never waits for
-	// a lookup once its host's answer is known, and the dials of one
+	// new request and its connections close once their requests are responded
+	// to. Answers are kept per host and looked up again every 30 s while the
+	// host has a pool (Go's resolver does not expose TTLs); a request never
+	// waits for a lookup once its host's answer is known, and the dials of one
 	// moment share one. Nil means net.DefaultResolver. Stats lists each
 	// address (HostStats.Addrs). See docs/connecting.md.
 	Resolver Resolver
@@ -455,7 +455,7 @@ type Transport struct {
 	// restWatch is how long a connection rests before its reader watches
 	// it again (conn_direct.go): the constant restWatch, or testHookRestWatch.
 	restWatch time.Duration
-	// handOvers counts the bodies that callers reading their own answers
+	// handOvers counts the bodies that callers reading their own responses
 	// left to the reader goroutine (conn_direct.go, errHandOver): tests count
 	// them.
 	handOvers atomic.Int64
@@ -662,7 +662,7 @@ type HostStats struct {
 	Open     int // connections established and usable (busy or idle)
 	Dialing  int // connections being dialed
 	Idle     int // established connections with no request in flight
-	InFlight int // requests written or assigned to a connection, not yet answered
+	InFlight int // requests written or assigned to a connection, not yet responded to
 	Queued   int // requests waiting for a connection
 
 	// Retired counts the host's connections that the transport retired,
@@ -671,7 +671,7 @@ type HostStats struct {
 	Retired Retirements
 
 	// PipelineDepth is the host's effective pipeline depth: the
-	// Transport's; fewer when the host's answers are large (about 512 KiB
+	// Transport's; fewer when the host's responses are large (about 512 KiB
 	// of them in flight on a connection, at least 2) or when it runs a
 	// connection's requests one at a time; or 1 while the host is in
 	// fallback after its connections repeatedly failed with pipelined
@@ -748,9 +748,9 @@ type HostModel struct {
 
 	// Routes is the number of route classes the model holds (requests of
 	// the same method, host, path shape, query parameter names and Accept
-	// field; at most 64, the least recently answered forgotten first).
+	// field; at most 64, the least recently responded to forgotten first).
 	// Requests may be written behind a request of a route whose last
-	// answer was bounded and quick; StreamRoutes last answered with a
+	// response was bounded and quick; StreamRoutes last responded with a
 	// stream (server-sent events, a watch, a download too large to read
 	// ahead) and LateRoutes held their connection's head late (a long
 	// poll): requests of those take a connection of their own, as with
@@ -762,7 +762,7 @@ type HostModel struct {
 	// a round trip; 0 until one.
 	RoundTrip time.Duration
 
-	// UsualHeadWait is an estimate of how long the host's answers hold
+	// UsualHeadWait is an estimate of how long the host's responses hold
 	// their connection's head (late ones left out); LateAfter is how long
 	// a head may wait before it is late: 20 usual waits, at least 50 ms,
 	// at most HeadOfLineTimeout.
@@ -772,28 +772,28 @@ type HostModel struct {
 	// others once PipelineConnsPerHost connections are busy. If not,
 	// Reason says why: "fallback" (the host's pipelined connections
 	// failed; until FallbackUntil), "forward proxy" (requests in absolute
-	// form are never pipelined), "late heads" (its answers are late often
+	// form are never pipelined), "late heads" (its responses are late often
 	// enough that a request gains more from a connection of its own),
 	// "serial" (it runs a connection's requests one at a time, slowly
 	// enough that connections of their own run them in parallel) or
-	// "awaiting answer" (a burst waits for its first answer while it could
+	// "awaiting answer" (a burst waits for its first response while it could
 	// dial). Requests dial instead, up to MaxConnsPerHost.
 	Pipelining bool
 	Reason     string
 
 	// Serial reports whether the host is taken to run a connection's
 	// requests one at a time; its depth is then held to what it gains.
-	// ServiceTime is then its service time as its answers show it.
+	// ServiceTime is then its service time as its responses show it.
 	Serial      bool
 	ServiceTime time.Duration
 
-	// ConnBudget is the number of requests the host's server answers on
+	// ConnBudget is the number of requests the host's server serves on
 	// one connection before it closes it (nginx's keepalive_requests), as
 	// learned from its closes; 0 if none is known. A connection is given
 	// no more.
 	ConnBudget int
 
-	// Proven reports whether the host answered a pipelined request as only
+	// Proven reports whether the host responded to a pipelined request as only
 	// a server that handles pipelining does; until then one request at a
 	// time is pipelined (the probe, docs/reliability.md).
 	Proven bool

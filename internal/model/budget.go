@@ -5,18 +5,18 @@ import (
 )
 
 // This file holds the per-connection budget (Budget): how many requests a
-// host's server answers on one connection, learned from its closes. A
+// host's server serves on one connection, learned from its closes. A
 // Budget is a field of a Host, guarded with it by hostPool.mu.
 
 // The per-connection budget. A server that closes each connection after a
 // number of requests (nginx's keepalive_requests, hypercorn and tinyproxy
 // after one) is learned from its closes, so that a connection is given no
-// more requests than it will answer, none written only to be sent again.
+// more requests than it will serve, none written only to be sent again.
 // A close it announces (Connection: close) with requests written behind,
 // at the same count on two connections in a row, is the budget; one it
 // does not announce, right after a response, at the same count twice in a
 // row, is too, for VerdictFor: nothing tells that such a server would now
-// answer more, its connections being closed at the budget, so it is
+// serve more, its connections being closed at the budget, so it is
 // learned again; a server that still closes costs a request sent again per
 // connection until it has closed two in a row at the same count, and one
 // whose closes had another cause is no longer held to it. A connection
@@ -29,7 +29,7 @@ type Budget struct {
 	Until time.Time // a budget learned from unannounced closes holds until then; zero for an announced one
 	// Quiet is the count at which a connection was last closed without
 	// notice; NoQuietUntil: a budget learned from such closes proved
-	// wrong (a connection answered more), so that those closes are not
+	// wrong (a connection served more), so that those closes are not
 	// the server's doing (a faulty network's resets): none is learned
 	// again until then.
 	Quiet        int
@@ -76,7 +76,7 @@ func (m *Host) NoteQuietClose(answered int) (learned bool) {
 	return learned
 }
 
-// NoteServed records a connection that has answered served requests: a
+// NoteServed records a connection that has responded to served requests: a
 // count above one at which others closed without notice says that count
 // is not the server's budget.
 func (m *Host) NoteServed(served int) {
@@ -91,8 +91,8 @@ func (m *Host) NoteServed(served int) {
 }
 
 // NoteUnclosed records a connection given the announced budget of
-// assigned requests that answered them all without a close: the server
-// would have answered more than it announced, so the budget is learned
+// assigned requests that served them all without a close: the server
+// would have served more than it announced, so the budget is learned
 // again from the next close. (One learned from unannounced closes
 // expires instead.)
 func (b *Budget) NoteUnclosed(assigned int) {

@@ -40,8 +40,8 @@ func (m *Host) Spend(n int) { m.dup -= float64(n) }
 // then; or 0 for HeadOfLineTimeout (hol), when no budget is left, the host
 // is not judged serial, or the early threshold is not sooner. It charges
 // nothing: the connection does, if it re-sends. Behind a server that runs
-// requests at once, what waits behind a late head has mostly been answered
-// already: re-sent at the late wait, it cost the server 2% more requests
+// requests at once, what waits behind a late head has mostly been responded
+// to already: re-sent at the late wait, it cost the server 2% more requests
 // and the slowest requests a second late head (p99.9 1.6 times as long, 1%
 // of responses after 200 ms), for 4-19% more requests per second.
 func (m *Host) EarlyAfter(hol time.Duration) time.Duration {
@@ -59,7 +59,7 @@ func (m *Host) EarlyAfter(hol time.Duration) time.Duration {
 }
 
 // The probe's wait. A server that leaves what came with the request it
-// answers unread (gunicorn's gthread worker) stalls the probe
+// responds to unread (gunicorn's gthread worker) stalls the probe
 // (scheduler.go, probeLocked) until it closes the idle connection: 2 s for
 // gthread, with the connection taking nothing meanwhile. So a probe that is
 // the head of its connection with nothing behind it, and has had no response

@@ -4,15 +4,15 @@ package model
 // that a host handles pipelining. Its state (Host.failures, fallbackUntil,
 // proven) is a Host's, guarded by hostPool.mu.
 
-// The depth fallback. A host whose connections fail with pipelined
-// requests outstanding (malformed responses, closes or resets
-// mid-pipeline) fallbackAfter times within VerdictFor, or once while it is
-// not proven to handle pipelining since its last fallback (a server that
-// drops what is pipelined: gunicorn's gthread worker leaves the requests
-// that came in the same read as the one it answers unanswered until it
-// closes the connection, seconds later), or once a pipelined request had
-// waited past the head-of-line timeout and then the connection closed
-// (no server closes on a request it runs), is at depth 1 for VerdictFor.
+// The depth fallback. A host whose connections fail with pipelined requests
+// outstanding (malformed responses, closes or resets mid-pipeline)
+// fallbackAfter times within VerdictFor, or once while it is not proven to
+// handle pipelining since its last fallback (a server that drops what is
+// pipelined: gunicorn's gthread worker leaves the requests that came in the
+// same read as the one it responds to without a response until it closes the
+// connection, seconds later), or once a pipelined request had waited past
+// the head-of-line timeout and then the connection closed (no server closes
+// on a request it runs), is at depth 1 for VerdictFor.
 // Such a server costs one stall per VerdictFor: the probe that finds it out
 // again.
 

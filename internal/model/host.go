@@ -124,7 +124,7 @@ func (m *Host) NoteResponse(c Class, now int64, kind Kind, headWait, hol time.Du
 	} else {
 		m.count(s, -1)
 		if s.last == Stream && kind == Bounded {
-			// A stream's class answered whole (a watch that ended soon
+			// A stream's class responded whole (a watch that ended soon
 			// after its start, a 410 Gone): unseen again, so that the
 			// next request, likely a stream again, has nothing written
 			// behind it until a response shows what it is. Taken as

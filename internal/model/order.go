@@ -11,7 +11,7 @@ import (
 // hostPool.mu.
 
 // Servers that gain nothing from pipelining. A server that runs pipelined
-// requests one at a time (Go's net/http, Python's http.server) answers the
+// requests one at a time (Go's net/http, Python's http.server) responds to the
 // second request of a pipeline one service time after the first; one that
 // runs them concurrently (nginx in front of a pool, most proxies) has it
 // ready when the first ends. Against the first kind, when service times
@@ -27,16 +27,16 @@ import (
 //
 //   - The score: only a request written right behind the one ahead tells
 //     the two kinds of server apart: one that runs requests at once
-//     answers both together, one that runs them one at a time answers a
+//     responds to both together, one that runs them one at a time responds a
 //     service time apart (serialGapMin or more). When callers write one
 //     request per response (a closed loop), the writes are spaced as the
-//     responses are, and both kinds of server answer alike: such samples
+//     responses are, and both kinds of server respond alike: such samples
 //     say nothing to the score.
 //   - The mixed rates, where service times are mixed and the score says
 //     nothing (a quick response comes right after the one ahead from
-//     either kind of server). A serial server answers a pipelined request
+//     either kind of server). A serial server responds to a pipelined request
 //     its own service time after the response ahead, however long that one
-//     took; a concurrent one has run it meanwhile, and answers it late
+//     took; a concurrent one has run it meanwhile, and responds to it late
 //     only if it took longer than the response ahead (the shadow: from its
 //     write to the end of that response). So among requests behind a
 //     response that ended clearly sooner than a long gap after their write,

@@ -12,7 +12,7 @@ import (
 // Beside its classes, a host's model holds a few quantities, each a moving
 // estimate under the one decay rule (estimate): its round trip (the
 // shortest dial), how long its responses hold their connections' heads
-// (headWaits), the order in which it answers pipelined requests
+// (headWaits), the order in which it responds to pipelined requests
 // (serviceOrder: one at a time or at once), the size of its responses, and
 // what went wrong with pipelining (the depth fallback). From them come
 // every threshold of the decisions; the tuning values below are all of
