@@ -60,14 +60,14 @@ go test -race -count=1 -cpu 1,2,4 -timeout 15m ./...
 # 1.27 (go.mod's go line stays 1.26). The toolchain comes from the Go
 # module proxy; a run that cannot fetch it fails. Race-enabled at one
 # -cpu (the GOMAXPROCS variants ran above): about 2 minutes.
-step "root tests, -race -cpu 1,2,4"
+step "core tests (root and internal/), -race -cpu 1,2,4"
 if ! GOTOOLCHAIN=$go127 go version >/dev/null; then
 	echo "cannot fetch $go127 (GOTOOLCHAIN=$go127): the tests under Go 1.27 did not run"
 	exit 1
 fi
-GOTOOLCHAIN=$go127 go vet .
-GOTOOLCHAIN=$go127 go test -race -count=1 -cpu 4 -timeout 15m .
-step "root tests under $go127"
+GOTOOLCHAIN=$go127 go vet ./...
+GOTOOLCHAIN=$go127 go test -race -count=1 -cpu 4 -timeout 15m ./...
+step "core tests under $go127"
 go test -run '^$' -bench . -benchtime 1x -count=1 ./... >/dev/null
 step "benchmarks once"
 # The sub-modules race-enabled, but for the benchmarks program's
