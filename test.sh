@@ -52,11 +52,11 @@ prebuild=$!
 trap 'kill "$prebuild" 2>/dev/null || true; printf "%s\n" "${steps[@]}" "$(printf "%4ds  end" "$SECONDS")"' EXIT
 go vet ./...
 step "vet"
-staticcheck .
+staticcheck ./...
 step "staticcheck"
 go test -race -count=1 -cpu 1,2,4 -timeout 15m ./...
 
-# The root package's tests under Go 1.27 as well: users are on 1.26 and
+# The core's tests (root and internal/) under Go 1.27 as well: users are on 1.26 and
 # 1.27 (go.mod's go line stays 1.26). The toolchain comes from the Go
 # module proxy; a run that cannot fetch it fails. Race-enabled at one
 # -cpu (the GOMAXPROCS variants ran above): about 2 minutes.
