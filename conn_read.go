@@ -443,15 +443,19 @@ func (rr *connReader) drain(lr *io.LimitedReader, cr *h1.ChunkedReader) error {
 	return errDrainTooLong
 }
 
+// writeWaitBeforeReuse is how long a connection whose response came
+// before its request's body was written waits for that write to end
+// before it is closed instead: net/http's maxWriteWaitBeforeConnReuse.
+const writeWaitBeforeReuse = 50 * time.Millisecond
+
 // finishResponse records that a's response has been read from the
 // connection in full, before its caller can see the end of it. If a's
 // request body is still being written (the server responded early), the
-// connection is kept only if the write ends within 50 ms, as with
-// net/http's maxWriteWaitBeforeConnReuse.
+// connection is kept only if the write ends within writeWaitBeforeReuse.
 func (rr *connReader) finishResponse(a *attempt, closing, headers bool) {
 	c := rr.c
 	if !closing && a.writeDone != nil && !a.written.Load() {
-		t := time.NewTimer(50 * time.Millisecond)
+		t := time.NewTimer(writeWaitBeforeReuse)
 		select {
 		case <-a.writeDone:
 		case <-t.C:

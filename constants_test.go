@@ -44,6 +44,10 @@ var fixedValues = map[string]any{
 	"ejectMax":      ejectMax,
 	// dialer.go
 	"connectTimeout": connectTimeout,
+	"dialTimeout":    dialTimeout,
+	"tcpKeepAlive":   tcpKeepAlive,
+	// keepalive.go
+	"keepAliveMarginMax": keepAliveMarginMax,
 	// conn_direct.go
 	"restWatch": restWatch,
 	// request_body_probe.go
@@ -59,10 +63,11 @@ var fixedValues = map[string]any{
 	"MaxKeepAliveTimeout": h1.MaxKeepAliveTimeout,
 	"MaxKeepAliveMax":     h1.MaxKeepAliveMax,
 	// conn_write.go, conn_read.go (ackStall)
-	"bodyCopySize":  byteSize(bodyCopySize),
-	"ackStall":      ackStall,
-	"maxInlineBody": byteSize(maxInlineBody),
-	"maxSmallBody":  byteSize(maxSmallBody),
+	"bodyCopySize":         byteSize(bodyCopySize),
+	"ackStall":             ackStall,
+	"writeWaitBeforeReuse": writeWaitBeforeReuse,
+	"maxInlineBody":        byteSize(maxInlineBody),
+	"maxSmallBody":         byteSize(maxSmallBody),
 	// pool_events.go
 	"quickClose": quickClose,
 	// request.go

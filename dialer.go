@@ -207,7 +207,14 @@ func hostOf(addr string) string {
 	return host
 }
 
-var defaultDialer = &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+// defaultDialer dials when TransportOptions has no DialContext: net/http's
+// DefaultTransport's dialer (dialTimeout, tcpKeepAlive).
+var defaultDialer = &net.Dialer{Timeout: dialTimeout, KeepAlive: tcpKeepAlive}
+
+const (
+	dialTimeout  = 30 * time.Second // a connect's bound: net/http's DefaultTransport's
+	tcpKeepAlive = 30 * time.Second // TCP keep-alive probes' interval: net/http's DefaultTransport's
+)
 
 // connectTimeout bounds a CONNECT exchange with a proxy, as in net/http.
 const connectTimeout = time.Minute

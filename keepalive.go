@@ -27,8 +27,11 @@ import (
 // the server's write of its response to our reading it, plus the request's
 // trip back: a few milliseconds on a LAN, rarely a second on the Internet.
 func keepAliveMargin(timeout time.Duration) time.Duration {
-	return min(2*time.Second, timeout/4)
+	return min(keepAliveMarginMax, timeout/4)
 }
+
+// keepAliveMarginMax is keepAliveMargin's bound: undici's margin.
+const keepAliveMarginMax = 2 * time.Second
 
 var (
 	errKeepAliveTimeout = errors.New("pipelined: idle connection retired before the server's announced Keep-Alive timeout")
